@@ -1,0 +1,81 @@
+# layerbench — the user's whole interface.
+#   make compare STACK=ray     layer vs its version-matched bare vLLM, report under reports/<run>/
+#   make run STACK=vllm        one deployment through the load harness (PROFILE=quick|cpu|default|<file>)
+#   make run STACK=endpoint URL=http://127.0.0.1:8000   measure a server that is already running
+#   make audit STACK=ray       which vllm:* metrics survive behind the layer
+#   make report                all-stacks summary from every run under results/
+#   make test                  unit + integration tests (starts real vLLM on CPU)
+SHELL := /bin/bash
+PY ?= python3.11
+VENV := .venv
+ENGINE_VENV := .venv-engine
+VLLM_VERSION := 0.32.0
+RAY_VERSION := 2.60.0
+MODEL_DIR := .cache/models/tiny-qwen2
+STAMPS := .stamps
+STACK ?= vllm
+PROFILE ?= quick
+URL ?=
+REPEATS ?=
+ARGS ?=
+LB := $(VENV)/bin/layerbench
+
+# stacks that need the engine environment and the model; the others only need the client
+ENGINE_STACKS := vllm ray
+needs = $(if $(filter $(STACK),$(ENGINE_STACKS)),setup $(if $(filter ray,$(STACK)),$(STAMPS)/ray),client)
+
+.PHONY: setup client run compare audit report test test-fast lint bench-harness clean help
+help:
+	@sed -n '2,8p' Makefile
+
+setup: client $(STAMPS)/engine $(STAMPS)/model
+client: $(STAMPS)/client
+
+$(STAMPS)/client: pyproject.toml
+	@mkdir -p $(STAMPS)
+	$(PY) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	@touch $@
+
+$(STAMPS)/engine: scripts/setup_engine.sh
+	@mkdir -p $(STAMPS)
+	bash scripts/setup_engine.sh $(ENGINE_VENV) $(VLLM_VERSION)
+	@touch $@
+
+$(STAMPS)/ray: $(STAMPS)/engine
+	$(ENGINE_VENV)/bin/pip install -q 'ray[serve]==$(RAY_VERSION)'
+	@touch $@
+
+$(STAMPS)/model: scripts/make_model.py $(STAMPS)/engine
+	$(ENGINE_VENV)/bin/python scripts/make_model.py $(MODEL_DIR)
+	@touch $@
+
+run: $(needs)
+	$(LB) run --stack $(STACK) --profile $(PROFILE) $(if $(URL),--url $(URL)) $(ARGS)
+
+compare: $(needs)
+	$(LB) compare --stack $(STACK) --profile $(PROFILE) $(if $(REPEATS),--repeats $(REPEATS)) $(ARGS)
+
+audit: $(needs)
+	$(LB) audit --stack $(STACK) $(if $(URL),--url $(URL)) $(ARGS)
+
+report: client
+	$(LB) report $(ARGS)
+
+bench-harness: client
+	$(LB) bench-harness $(ARGS)
+
+# pytest exits 5 when it collected nothing: that is a failure here, not a pass.
+test: setup
+	$(VENV)/bin/ruff check harness stacks tests scripts
+	$(VENV)/bin/pytest -v tests
+
+test-fast: client
+	$(VENV)/bin/pytest -v -m "not slow" tests
+
+lint: client
+	$(VENV)/bin/ruff check harness stacks tests scripts
+
+clean:
+	rm -rf results .pytest_cache .ruff_cache

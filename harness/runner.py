@@ -1,0 +1,131 @@
+"""Closed-loop load: exactly `c` requests in flight per level, after a warmup wave of distinct prompts.
+
+Each of the c slots owns a keep-alive connection and sends its next request as soon as the previous one
+ends; the time between those two moments is the dispatch delay, a direct measure of the client being slow.
+The runner also samples the client's CPU and event-loop lag, and the CPU time of every process of the
+deployment, so a report can say where the CPU went and whether the load generator was the bottleneck."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import psutil
+from pydantic import BaseModel
+
+from harness.client import RequestRecord, StreamClient
+from harness.prompts import PromptGenerator
+from harness.stats import Dist
+
+# Client is called the bottleneck past these (README, "Client health").
+CLIENT_CPU_LIMIT_PCT = 90.0
+DISPATCH_P95_LIMIT_MS = 1.0
+LAG_TICK_S = 0.005
+
+
+class ClientHealth(BaseModel):
+    cpu_pct: float  # of one core, whole client process (event loop + scraper thread)
+    loop_lag_ms: Dist
+    dispatch_delay_ms: Dist
+    bottleneck: bool
+    reasons: list[str]
+
+
+class LevelRun(BaseModel):
+    concurrency: int
+    repeat: int
+    records: list[dict]  # RequestRecord.to_json() of measured requests (warmup excluded)
+    client: ClientHealth
+    process_cpu_s: dict[str, float]  # deployment process label -> CPU seconds during the measured window
+    window_s: float
+
+
+def judge_client(cpu_pct: float, lag: Dist, dispatch: Dist) -> tuple[bool, list[str]]:
+    reasons = []
+    if cpu_pct > CLIENT_CPU_LIMIT_PCT:
+        reasons.append(f"client CPU {cpu_pct:.0f}% of a core (> {CLIENT_CPU_LIMIT_PCT:.0f}%)")
+    if dispatch.p95 is not None and dispatch.p95 > DISPATCH_P95_LIMIT_MS:
+        reasons.append(f"dispatch delay p95 {dispatch.p95:.2f} ms (> {DISPATCH_P95_LIMIT_MS} ms)")
+    return bool(reasons), reasons
+
+
+async def _lag_monitor(samples: list[float], stop: asyncio.Event) -> None:
+    clock = time.perf_counter
+    while not stop.is_set():
+        t = clock()
+        await asyncio.sleep(LAG_TICK_S)
+        samples.append(max(0.0, (clock() - t - LAG_TICK_S) * 1e3))
+
+
+async def _drive(client: StreamClient, gen: PromptGenerator, level: int, repeat: int, phase: str,
+                 n: int, min_duration_s: float, conns: list, on_record: Callable[[RequestRecord], None]
+                 ) -> list[RequestRecord]:
+    clock = time.perf_counter_ns
+    records: list[RequestRecord] = []
+    issued = 0
+    t0 = clock()
+    min_ns = int(min_duration_s * 1e9)
+
+    def take() -> int | None:
+        nonlocal issued
+        if issued < n or clock() - t0 < min_ns:
+            issued += 1
+            return issued - 1
+        return None
+
+    async def slot(conn) -> None:
+        due = clock()
+        while (i := take()) is not None:
+            rec = RequestRecord(level=level, index=i, repeat=repeat, phase=phase, t_due_ns=due)
+            await client.measure(conn, gen.prompt(level, i + repeat * 1_000_000, phase), rec)
+            records.append(rec)
+            on_record(rec)
+            due = clock()
+
+    await asyncio.gather(*(slot(c) for c in conns))
+    return records
+
+
+async def run_level(client: StreamClient, gen: PromptGenerator, concurrency: int, n_requests: int,
+                    *, repeat: int = 0, warmup_waves: int = 1, min_duration_s: float = 0.0,
+                    on_record: Callable[[RequestRecord], None] = lambda r: None,
+                    on_progress: Callable[[RequestRecord], None] = lambda r: None,
+                    process_cpu: Callable[[], dict[str, float]] | None = None) -> LevelRun:
+    conns = [client.connection() for _ in range(concurrency)]
+    try:
+        if warmup_waves:
+            await _drive(client, gen, concurrency, repeat, "warmup", warmup_waves * concurrency, 0.0, conns,
+                         on_record)
+
+        def measured(rec: RequestRecord) -> None:
+            on_record(rec)
+            on_progress(rec)
+
+        proc = psutil.Process()
+        lag: list[float] = []
+        stop = asyncio.Event()
+        monitor = asyncio.create_task(_lag_monitor(lag, stop))
+        cpu0, wall0 = proc.cpu_times(), time.perf_counter()
+        dep0 = process_cpu() if process_cpu else {}
+        records = await _drive(client, gen, concurrency, repeat, "measure", n_requests, min_duration_s, conns,
+                               measured)
+        window = time.perf_counter() - wall0
+        cpu1 = proc.cpu_times()
+        dep1 = process_cpu() if process_cpu else {}
+        stop.set()
+        await monitor
+    finally:
+        for c in conns:
+            c.close()
+    cpu_pct = 100.0 * ((cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)) / window if window > 0 else 0.0
+    lag_d = Dist.of(lag)
+    disp_d = Dist.of([r.dispatch_delay_ms for r in records])
+    bottleneck, reasons = judge_client(cpu_pct, lag_d, disp_d)
+    dep_cpu = {k: max(0.0, dep1.get(k, 0.0) - dep0.get(k, 0.0)) for k in dep1}
+    return LevelRun(
+        concurrency=concurrency, repeat=repeat, records=[r.to_json() for r in records],
+        client=ClientHealth(cpu_pct=cpu_pct, loop_lag_ms=lag_d, dispatch_delay_ms=disp_d, bottleneck=bottleneck,
+                            reasons=reasons),
+        process_cpu_s=dep_cpu, window_s=window,
+    )

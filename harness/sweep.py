@@ -1,0 +1,99 @@
+"""Drive one ready deployment through a profile: every level (x repeats), scraping its metric endpoints
+all the while, writing requests, scrapes and the growing summary to the run folder as it goes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+
+from pydantic import BaseModel
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from harness.client import CLIENTS, RequestRecord
+from harness.profile import LoadProfile
+from harness.prompts import PromptGenerator
+from harness.results import RunWriter
+from harness.runner import ClientHealth, run_level
+from harness.scraper import Scrape, Scraper
+from harness.server_metrics import ServerLevelMetrics, summarise
+from harness.stats import LevelStats, level_stats
+from stacks.base import AppliedConfig, Stack
+
+
+class LevelSummary(BaseModel):
+    stats: LevelStats
+    client: ClientHealth
+    process_cpu_s: dict[str, float]
+    window_s: float
+    server: ServerLevelMetrics
+
+
+class RunSummary(BaseModel):
+    run_id: str
+    label: str  # "baseline" / "stack" in a compare, the stack name otherwise
+    stack: str
+    engine_version: str
+    applied: AppliedConfig
+    profile: str
+    status: str = "running"
+    levels: list[LevelSummary] = []
+    scrapes: int = 0
+    scrape_gaps: int = 0
+    client_bottleneck_levels: list[int] = []
+
+
+def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunSummary,
+            console: Console, repeats: int | None = None) -> RunSummary:
+    ep = stack.endpoint()
+    tok = stack.settings.model_path / "tokenizer.json"
+    gen = PromptGenerator(writer.run_id, f"{summary.label}:{stack.kind}", profile.input_tokens,
+                          tok if tok.exists() else None)
+    client = CLIENTS[ep.protocol](ep.base_url, ep.model, api=profile.api, max_tokens=profile.output_tokens,
+                                  ignore_eos=profile.ignore_eos, timeout_s=profile.request_timeout_s)
+    by_level: dict[int | None, list[dict]] = defaultdict(list)
+
+    def on_scrape(s: Scrape) -> None:
+        d = s.to_json()
+        d["label"] = summary.label
+        writer.scrape(d)
+        by_level[s.level].append(d)
+
+    def on_record(rec: RequestRecord) -> None:
+        d = rec.to_json()
+        d["label"] = summary.label
+        writer.request(d)
+
+    levels = profile.concurrency
+    n_repeats = repeats or profile.repeats
+    with Scraper(stack.metric_endpoints(), profile.scrape_interval_s, on_scrape) as scraper, Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console,
+    ) as progress:
+        for rep in range(n_repeats):
+            for c in levels:
+                n = profile.requests_for(c)
+                desc = f"{summary.label} {stack.kind} c={c}" + (f" rep {rep + 1}/{n_repeats}" if n_repeats > 1 else "")
+                task = progress.add_task(desc, total=n)
+                scraper.level = c
+                run = asyncio.run(run_level(
+                    client, gen, c, n, repeat=rep, warmup_waves=profile.warmup_waves,
+                    min_duration_s=profile.min_duration_s, on_record=on_record,
+                    on_progress=lambda r, t=task: progress.advance(t), process_cpu=stack.process_cpu,
+                ))
+                scraper.level = None
+                progress.update(task, total=len(run.records), completed=len(run.records))
+                records = [RequestRecord(**{k: v for k, v in r.items() if k in RequestRecord.__slots__})
+                           for r in run.records]
+                stats = level_stats(records, c, profile.slo, repeat=rep)
+                summary.levels.append(LevelSummary(
+                    stats=stats, client=run.client, process_cpu_s=run.process_cpu_s, window_s=run.window_s,
+                    server=summarise(by_level.pop(c, [])),
+                ))
+                if run.client.bottleneck:
+                    summary.client_bottleneck_levels.append(c)
+                summary.scrapes, summary.scrape_gaps = scraper.count, scraper.gaps
+                writer.write_json(f"summary-{summary.label}.json" if summary.label != summary.stack
+                                  else "summary.json", summary.model_dump())
+    summary.scrapes, summary.scrape_gaps = scraper.count, scraper.gaps
+    return summary

@@ -1,0 +1,147 @@
+"""Process plumbing shared by local adapters: free ports, a server started in its own process group with
+its log in a file, readiness polling with a progress display, and a teardown that stops the whole group by
+its id (never by name), waits, and verifies that no child survived and the port is free again."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import psutil
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from harness.errors import LayerbenchError
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    if not path.exists():
+        return "(no log written)"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+class ManagedProcess:
+    """A server process in its own session/process group, logging to a file."""
+
+    def __init__(self, name: str, cmd: list[str], log_path: Path, env: dict[str, str] | None = None,
+                 cwd: Path | None = None):
+        self.name, self.cmd, self.log_path = name, cmd, log_path
+        self.env = {**os.environ, **(env or {})}
+        self.cwd = cwd
+        self.proc: subprocess.Popen | None = None
+        self._seen: dict[int, psutil.Process] = {}
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        try:
+            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                                         cwd=self.cwd, start_new_session=True, stdin=subprocess.DEVNULL)
+        except OSError as e:
+            raise LayerbenchError(f"{self.name}: cannot start {self.cmd[0]}: {e}") from None
+        finally:
+            log.close()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def tree(self) -> list[psutil.Process]:
+        """The process and all its descendants now; remembered so teardown can verify each one ended."""
+        if not self.alive():
+            return []
+        try:
+            root = psutil.Process(self.proc.pid)  # type: ignore[union-attr]
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+        for p in procs:
+            self._seen.setdefault(p.pid, p)
+        return procs
+
+    def stop(self, timeout: float = 30.0) -> list[str]:
+        """SIGTERM the group, wait, SIGKILL what is left. Returns descriptions of survivors (should be [])."""
+        if self.proc is None:
+            return []
+        self.tree()
+        pgid = self.proc.pid
+        for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                pass
+            # children that left the group (setsid) are still ours: signal them by pid
+            for p in list(self._seen.values()):
+                try:
+                    if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                        p.send_signal(sig)
+                except psutil.NoSuchProcess:
+                    pass
+            try:
+                self.proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                continue
+            _, alive = psutil.wait_procs(list(self._seen.values()), timeout=wait)
+            if not alive:
+                break
+        survivors = []
+        for p in self._seen.values():
+            try:
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    survivors.append(f"pid {p.pid} ({p.name()})")
+            except psutil.NoSuchProcess:
+                pass
+        return survivors
+
+
+def wait_http_ready(url: str, timeout: float, what: str, alive: Callable[[], bool], log_path: Path,
+                    console: Console | None = None, headers: dict[str, str] | None = None) -> float:
+    """Poll `url` until it answers 200; fail fast (with the log's last 40 lines) if the process dies."""
+    t0 = time.monotonic()
+    console = console or Console(stderr=True)
+    with Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        task = progress.add_task(f"waiting for {what} ({url})", total=None)
+        with httpx.Client(timeout=2.0, headers=headers) as client:
+            while True:
+                if not alive():
+                    raise LayerbenchError(
+                        f"{what} exited during startup. Last 40 lines of {log_path}:\n{log_tail(log_path)}"
+                    )
+                try:
+                    if client.get(url).status_code == 200:
+                        return time.monotonic() - t0
+                except httpx.HTTPError:
+                    pass
+                elapsed = time.monotonic() - t0
+                if elapsed > timeout:
+                    raise LayerbenchError(
+                        f"{what} not ready after {timeout:.0f}s. Last 40 lines of {log_path}:\n{log_tail(log_path)}"
+                    )
+                progress.update(task, description=f"waiting for {what} ({url})")
+                time.sleep(0.5)  # poll interval, not a readiness guess: readiness is the 200 above

@@ -1,0 +1,140 @@
+"""Bare vLLM, local target: `python -m vllm.entrypoints.openai.api_server` from the engine environment on
+127.0.0.1 and a free port, in its own process group, log to a file. It is every layer's baseline."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+from rich.console import Console
+
+from harness.errors import LayerbenchError
+from stacks.base import CACHE_DIR, ENGINE_VENV, DeploySettings, Endpoint, Stack, register
+from stacks.procs import ManagedProcess, free_port, port_in_use, wait_http_ready
+
+
+def engine_python(venv: Path = ENGINE_VENV) -> Path:
+    py = venv / "bin" / "python"
+    if not py.exists():
+        raise LayerbenchError(f"the engine environment {venv} is missing: run `make setup` (installs vLLM)")
+    return py
+
+
+def engine_env(settings: DeploySettings) -> dict[str, str]:
+    """Environment for a vLLM process on this host (CPU recipe from the shared notes)."""
+    return {
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_CPU_KVCACHE_SPACE": str(max(1, round(settings.engine.kv_cache_gib))),
+        "VLLM_CACHE_ROOT": str(CACHE_DIR / "vllm"),
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def engine_args(settings: DeploySettings) -> list[str]:
+    """vLLM engine flags shared by every stack that wraps vLLM, so stack and baseline apply the same ones."""
+    e = settings.engine
+    args = ["--max-model-len", str(e.max_model_len), "--max-num-seqs", str(e.max_num_seqs), "--dtype", e.dtype]
+    if e.enforce_eager:
+        args.append("--enforce-eager")
+    if not e.enable_prefix_caching:
+        args.append("--no-enable-prefix-caching")
+    if has_gpu():
+        args += ["--gpu-memory-utilization", str(e.gpu_memory_utilization)]
+    return args + list(e.extra_args)
+
+
+def has_gpu() -> bool:
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def installed_vllm_version(venv: Path = ENGINE_VENV) -> str:
+    py = engine_python(venv)
+    out = subprocess.run([str(py), "-c", "import importlib.metadata as m\n"
+                          "for d in ('vllm', 'vllm-cpu'):\n"
+                          "    try: print(m.version(d)); break\n"
+                          "    except m.PackageNotFoundError: pass"],
+                         capture_output=True, text=True, timeout=60)
+    version = out.stdout.strip()
+    if out.returncode != 0 or not version:
+        raise LayerbenchError(f"vLLM is not installed in {venv}: run `make setup`")
+    return version.split("+")[0]
+
+
+@register
+class VllmStack(Stack):
+    kind = "vllm"
+    in_request_path = False
+    description = "bare vLLM OpenAI server (the baseline)"
+
+    def __init__(self, settings: DeploySettings, port: int | None = None):
+        super().__init__(settings)
+        self.port = port or int(settings.options.get("port", 0)) or free_port()
+        self.proc: ManagedProcess | None = None
+        self.log_path = settings.log_dir / f"vllm-{self.port}.log"
+        self._version: str | None = None
+        self._tmp_before: set[Path] = set()
+
+    def deploy(self) -> None:
+        if not self.settings.model_path.exists():
+            raise LayerbenchError(f"model not found at {self.settings.model_path}: run `make setup`")
+        if port_in_use(self.port):
+            raise LayerbenchError(f"port {self.port} on 127.0.0.1 is already in use")
+        py = engine_python()
+        cmd = [str(py), "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.settings.model_path),
+               "--served-model-name", self.settings.served_model_name, "--host", "127.0.0.1",
+               "--port", str(self.port), *engine_args(self.settings)]
+        self.proc = ManagedProcess("vllm", cmd, self.log_path, env=engine_env(self.settings))
+        self._tmp_before = set(Path("/tmp").glob("vllm_dist_*"))
+        self.proc.start()
+
+    def wait_ready(self, timeout: float, console: Console | None = None) -> float:
+        assert self.proc is not None, "deploy() first"
+        waited = wait_http_ready(f"{self.endpoint().base_url}/health", timeout, "vLLM", self.proc.alive,
+                                 self.log_path, console)
+        self.proc.tree()  # remember every child for teardown's survivor check
+        return waited
+
+    def teardown(self) -> None:
+        if self.proc is None:
+            return
+        proc, self.proc = self.proc, None
+        survivors = proc.stop()
+        # vLLM leaves /tmp/vllm_dist_* behind on shutdown: remove the ones this deployment created
+        for leftover in set(Path("/tmp").glob("vllm_dist_*")) - self._tmp_before:
+            shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
+        deadline = time.monotonic() + 15
+        while port_in_use(self.port) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if survivors or port_in_use(self.port):
+            raise LayerbenchError(f"vLLM teardown incomplete: survivors={survivors}, "
+                                  f"port {self.port} in use={port_in_use(self.port)}")
+
+    def endpoint(self) -> Endpoint:
+        return Endpoint(base_url=f"http://127.0.0.1:{self.port}", model=self.settings.served_model_name)
+
+    def log_locations(self) -> dict[str, Path]:
+        return {"engine": self.log_path}
+
+    def engine_version(self) -> str:
+        if self._version is None:
+            try:  # the running server is the most direct answer
+                self._version = httpx.get(f"{self.endpoint().base_url}/version", timeout=5).json()["version"]
+            except (httpx.HTTPError, ValueError, KeyError):
+                self._version = installed_vllm_version()
+        return self._version
+
+    def baseline(self) -> Stack:
+        return self  # bare vLLM is its own baseline
+
+    def processes(self) -> dict[str, list[psutil.Process]]:
+        return {"vllm": self.proc.tree()} if self.proc else {}
+
