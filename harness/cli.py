@@ -38,6 +38,7 @@ def deploy_and_measure(stack, profile: LoadProfile, writer: RunWriter, label: st
                          profile=profile.name)
     writer.write_meta(**{label: {**stack.describe(), "engine_version": summary.engine_version,
                                  "applied": summary.applied.model_dump(), "startup_s": round(waited, 1),
+                                 "pids": sorted(p.pid for ps in stack.processes().values() for p in ps),
                                  "logs": {k: str(v) for k, v in stack.log_locations().items()}}})
     return measure(stack, profile, writer, summary, console, repeats)
 

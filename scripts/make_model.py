@@ -5,6 +5,8 @@ Runs in the engine environment (it needs torch + transformers). Why each choice:
 - ASCII-only byte-level alphabet: with all 256 bytes, random weights emit partial UTF-8 tokens that vLLM
   holds back, and a stream of N tokens arrives as fewer than N chunks.
 - ByteLevel pre-tokenizer (not Metaspace, which loses spaces with transformers 5).
+- Untied LM head with zero rows for the special tokens: random logits of ordinary tokens always beat 0, so
+  greedy decoding never emits a special token, which vLLM would skip and stream as an event without text.
 
 Usage: python scripts/make_model.py OUT_DIR
 """
@@ -81,7 +83,7 @@ def build_tokenizer(out: Path) -> None:
     fast.save_pretrained(out)
 
 
-def build_model(out: Path, vocab_size: int) -> int:
+def build_model(out: Path, vocab_size: int, special_ids: list[int]) -> int:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -94,12 +96,14 @@ def build_model(out: Path, vocab_size: int) -> int:
         num_attention_heads=4,
         num_key_value_heads=2,  # GQA
         max_position_embeddings=4096,
-        tie_word_embeddings=True,
+        tie_word_embeddings=False,
         torch_dtype="bfloat16",
         eos_token_id=vocab_size - 1,
         bos_token_id=None,
     )
     model = Qwen2ForCausalLM(config)
+    with torch.no_grad():
+        model.lm_head.weight[special_ids] = 0.0
     model.save_pretrained(out, safe_serialization=True)
     return sum(p.numel() for p in model.parameters())
 
@@ -116,7 +120,7 @@ def main() -> int:
 
     tok = AutoTokenizer.from_pretrained(tmp)
     eos_id = tok.convert_tokens_to_ids("<|im_end|>")
-    params = build_model(tmp, vocab_size=len(tok))
+    params = build_model(tmp, vocab_size=len(tok), special_ids=tok.convert_tokens_to_ids(SPECIALS))
     # keep eos consistent with the tokenizer (random weights rarely emit it; runs use ignore_eos anyway)
     cfg_path = tmp / "config.json"
     cfg = json.loads(cfg_path.read_text())

@@ -1,0 +1,35 @@
+import pytest
+
+from harness.errors import LayerbenchError
+from harness.profile import builtin_profiles, load_profile
+
+
+def test_builtin_profiles_load():
+    assert {"quick", "cpu", "default"} <= set(builtin_profiles())
+    q = load_profile("quick")
+    assert q.concurrency == [1, 4, 16] and q.output_tokens == 32 and q.requests == 30
+    assert load_profile("default").requests_for(64) == 512  # 8 per slot beats 100 at c=64
+
+
+def test_unknown_profile_names_the_choices():
+    with pytest.raises(LayerbenchError, match="unknown profile 'nope'.*quick"):
+        load_profile("nope")
+
+
+def test_malformed_profile_names_the_field(write_profile):
+    p = write_profile(concurrency=[1, -4], output_tokens=32)
+    with pytest.raises(LayerbenchError, match="field 'concurrency'"):
+        load_profile(str(p))
+    p = write_profile(slo={"ttft_s": "fast"})
+    with pytest.raises(LayerbenchError, match=r"field 'slo\.ttft_s'"):
+        load_profile(str(p))
+    p = write_profile(concurency=[1])  # a typo is not silently ignored
+    with pytest.raises(LayerbenchError, match="field 'concurency'"):
+        load_profile(str(p))
+
+
+def test_profile_not_a_mapping(tmp_path):
+    p = tmp_path / "x.yaml"
+    p.write_text("- 1\n- 2\n")
+    with pytest.raises(LayerbenchError, match="mapping"):
+        load_profile(str(p))
