@@ -52,7 +52,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     run_id = new_run_id(args.stack)
     writer = RunWriter(run_id, Path(args.results_dir),
                        meta={"command": "run", "stack": args.stack, "profile": profile.model_dump()})
-    options = {"port": args.port} if args.port else {}
+    options = parse_options(args.opt)
+    if args.port:
+        options["port"] = args.port
     settings = DeploySettings(engine=profile.engine, url=args.url, log_dir=writer.dir / "logs", options=options)
     console.print(f"run [bold]{run_id}[/] → {writer.dir}")
     summary = None
@@ -81,6 +83,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def parse_options(pairs: list[str] | None) -> dict[str, str | int | float | bool]:
+    """--opt key=value (repeatable) -> stack options; numbers and booleans are typed."""
+    out: dict[str, str | int | float | bool] = {}
+    for pair in pairs or []:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise LayerbenchError(f"--opt takes key=value, got {pair!r}")
+        value: str | int | float | bool = raw
+        if raw.lower() in ("true", "false"):
+            value = raw.lower() == "true"
+        else:
+            for cast in (int, float):
+                try:
+                    value = cast(raw)
+                    break
+                except ValueError:
+                    continue
+        out[key.replace("-", "_")] = value
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="layerbench", description="What does a serving layer cost in front of vLLM?")
     sub = p.add_subparsers(dest="command", required=True)
@@ -91,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--url", help="server address for --stack endpoint")
     r.add_argument("--port", type=int, help="port for a locally deployed server (default: a free one)")
     r.add_argument("--repeats", type=int, help="repeat the sweep N times (default: the profile's)")
+    r.add_argument("--opt", action="append", metavar="KEY=VALUE", help="stack option (repeatable)")
     r.add_argument("--results-dir", default=str(RESULTS_DIR))
     r.set_defaults(func=cmd_run)
     return p
@@ -99,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _raise_interrupt)
+    # A shell starts background jobs with SIGINT ignored and children inherit that; Ctrl-C must still
+    # tear the deployment down, so restore Python's handler (asyncio.run only hooks it when it is default).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return args.func(args)
     except LayerbenchError as e:

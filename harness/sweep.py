@@ -75,11 +75,17 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
                 n = profile.requests_for(c)
                 desc = f"{summary.label} {stack.kind} c={c}" + (f" rep {rep + 1}/{n_repeats}" if n_repeats > 1 else "")
                 task = progress.add_task(desc, total=n)
+
+                def advance(_rec, t=task) -> None:
+                    # a level may outrun its request count (min_duration_s): grow the bar instead of overflowing
+                    done = progress.tasks[t].completed + 1
+                    progress.update(t, completed=done, total=max(done, progress.tasks[t].total or 0))
+
                 scraper.level = c
                 run = asyncio.run(run_level(
                     client, gen, c, n, repeat=rep, warmup_waves=profile.warmup_waves,
                     min_duration_s=profile.min_duration_s, on_record=on_record,
-                    on_progress=lambda r, t=task: progress.advance(t), process_cpu=stack.process_cpu,
+                    on_progress=advance, process_cpu=stack.process_cpu,
                 ))
                 scraper.level = None
                 progress.update(task, total=len(run.records), completed=len(run.records))

@@ -145,3 +145,14 @@ def wait_http_ready(url: str, timeout: float, what: str, alive: Callable[[], boo
                     )
                 progress.update(task, description=f"waiting for {what} ({url})")
                 time.sleep(0.5)  # poll interval, not a readiness guess: readiness is the 200 above
+
+
+def stop_and_verify(proc: ManagedProcess, ports: list[int], what: str, timeout: float = 30.0) -> None:
+    """Stop a server's process group and prove it is gone: no survivor, every port free again."""
+    survivors = proc.stop(timeout)
+    deadline = time.monotonic() + 15
+    while any(port_in_use(p) for p in ports) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    busy = [p for p in ports if port_in_use(p)]
+    if survivors or busy:
+        raise LayerbenchError(f"{what} teardown incomplete: surviving processes {survivors}, ports still in use {busy}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
@@ -14,7 +13,7 @@ from rich.console import Console
 
 from harness.errors import LayerbenchError
 from stacks.base import CACHE_DIR, ENGINE_VENV, DeploySettings, Endpoint, Stack, register
-from stacks.procs import ManagedProcess, free_port, port_in_use, wait_http_ready
+from stacks.procs import ManagedProcess, free_port, port_in_use, stop_and_verify, wait_http_ready
 
 
 def engine_python(venv: Path = ENGINE_VENV) -> Path:
@@ -107,16 +106,12 @@ class VllmStack(Stack):
         if self.proc is None:
             return
         proc, self.proc = self.proc, None
-        survivors = proc.stop()
-        # vLLM leaves /tmp/vllm_dist_* behind on shutdown: remove the ones this deployment created
-        for leftover in set(Path("/tmp").glob("vllm_dist_*")) - self._tmp_before:
-            shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
-        deadline = time.monotonic() + 15
-        while port_in_use(self.port) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if survivors or port_in_use(self.port):
-            raise LayerbenchError(f"vLLM teardown incomplete: survivors={survivors}, "
-                                  f"port {self.port} in use={port_in_use(self.port)}")
+        try:
+            stop_and_verify(proc, [self.port], "vLLM")
+        finally:
+            # vLLM leaves /tmp/vllm_dist_* behind on shutdown: remove the ones this deployment created
+            for leftover in set(Path("/tmp").glob("vllm_dist_*")) - self._tmp_before:
+                shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
 
     def endpoint(self) -> Endpoint:
         return Endpoint(base_url=f"http://127.0.0.1:{self.port}", model=self.settings.served_model_name)

@@ -1,0 +1,159 @@
+"""The known-overhead proxy: a serving "layer" whose cost is exactly what we configure.
+
+- request_delay_ms: each request is held this long before it goes upstream;
+- chunk_delay_ms: each upstream SSE event is forwarded this long after it arrived (deadline-scheduled, so
+  delays do not pile up while events are further apart than the delay);
+- rechunk: forward N upstream events as one chunk (like a layer that batches its stream);
+- metrics: pass | hide (404, like Ray Serve's API port) | rename (vllm:* -> proxy_vllm_*, like ray_vllm_*).
+
+What it actually added is recorded per request and served at GET /proxy/stats, so a benchmark compares
+what layerbench reports with what the proxy really did, not only with what it was asked to do.
+
+Run: python -m stacks.refengine.proxy --port P --upstream-port U [--request-delay-ms 2 --chunk-delay-ms 0.2]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from harness.sse import ChunkedDecoder
+from stacks.refengine.http import Request, Responder
+from stacks.refengine.server import config_parser, run_server
+from stacks.refengine.timing import PreciseTimer
+
+
+class ProxyConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    upstream_host: str = "127.0.0.1"
+    upstream_port: int
+    request_delay_ms: float = Field(0.0, ge=0)
+    chunk_delay_ms: float = Field(0.0, ge=0)
+    rechunk: int = Field(1, ge=1)
+    metrics: Literal["pass", "hide", "rename"] = "pass"
+    rename_prefix: str = "proxy_vllm_"
+
+
+class Upstream:
+    """One keep-alive connection to the upstream per downstream connection (no pool lock on the path)."""
+
+    def __init__(self, cfg: ProxyConfig):
+        self.cfg = cfg
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def send(self, req: Request) -> tuple[int, dict[str, str], asyncio.StreamReader]:
+        if self.writer is None or self.writer.is_closing():
+            self.reader, self.writer = await asyncio.open_connection(self.cfg.upstream_host, self.cfg.upstream_port)
+        head = f"{req.method} {req.path} HTTP/1.1\r\nHost: upstream\r\n"
+        if req.body:
+            head += f"Content-Type: application/json\r\nContent-Length: {len(req.body)}\r\n"
+        self.writer.write(head.encode() + b"\r\n" + req.body)
+        raw = await self.reader.readuntil(b"\r\n\r\n")  # type: ignore[union-attr]
+        lines = raw.decode("latin-1").split("\r\n")
+        headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)}
+        return int(lines[0].split(" ")[1]), headers, self.reader  # type: ignore[return-value]
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.writer = self.reader = None
+
+
+class Proxy:
+    def __init__(self, cfg: ProxyConfig, timer: PreciseTimer):
+        self.cfg, self.timer = cfg, timer
+        self.held_request_ns: list[int] = []  # downstream arrival -> sent upstream
+        self.held_event_ns: list[int] = []  # upstream event arrival -> forwarded downstream
+
+    def stats(self) -> dict:
+        def pct(xs):
+            if not xs:
+                return {"n": 0}
+            a = np.asarray(xs) / 1e6
+            return {"n": int(a.size), "p50_ms": float(np.percentile(a, 50)), "p99_ms": float(np.percentile(a, 99))}
+
+        return {"request_hold": pct(self.held_request_ns), "event_hold": pct(self.held_event_ns),
+                "config": self.cfg.model_dump()}
+
+    async def handle(self, req: Request, resp: Responder) -> None:
+        t_arrival = time.perf_counter_ns()
+        if req.path == "/proxy/stats":
+            await resp.send_json(200, self.stats())
+            return
+        if req.path == "/proxy/reset":
+            self.held_request_ns.clear()
+            self.held_event_ns.clear()
+            await resp.send_json(200, {"reset": True})
+            return
+        if req.path == "/metrics" and self.cfg.metrics == "hide":
+            await resp.send(404, b'{"detail":"Not Found"}')
+            return
+        up = resp.state.get("upstream")
+        if up is None:
+            up = resp.state["upstream"] = Upstream(self.cfg)
+            resp.on_close.append(up.close)
+        if self.cfg.request_delay_ms and req.method == "POST":
+            await self.timer.sleep_until(t_arrival + int(self.cfg.request_delay_ms * 1e6))
+        try:
+            if req.method == "POST":
+                self.held_request_ns.append(time.perf_counter_ns() - t_arrival)
+            status, headers, reader = await up.send(req)
+            if headers.get("transfer-encoding", "").lower() == "chunked":
+                await self._stream(reader, resp, status)
+            else:
+                body = await reader.readexactly(int(headers.get("content-length", 0)))
+                if req.path == "/metrics" and self.cfg.metrics == "rename":
+                    body = body.replace(b"vllm:", self.cfg.rename_prefix.encode())
+                await resp.send(status, body, headers.get("content-type", "application/json"))
+        except (ConnectionError, asyncio.IncompleteReadError, OSError) as e:
+            up.close()
+            if resp.streaming:
+                resp.abort()  # pass an upstream cut through as a cut
+            else:
+                await resp.send_json(502, {"error": {"message": f"upstream: {type(e).__name__}", "code": 502}})
+
+    async def _stream(self, reader: asyncio.StreamReader, resp: Responder, status: int) -> None:
+        resp.start_stream()
+        if status != 200:
+            raise ConnectionError(f"upstream streamed status {status}")
+        dechunk = ChunkedDecoder()
+        buf = b""
+        batch: list[bytes] = []
+        delay_ns = int(self.cfg.chunk_delay_ms * 1e6)
+        while not dechunk.done:
+            data = await reader.read(65536)
+            t = time.perf_counter_ns()
+            if not data:
+                raise ConnectionError("upstream closed mid-stream")
+            buf += dechunk.feed(data)
+            while (end := buf.find(b"\n\n")) >= 0:
+                event, buf = buf[: end + 2], buf[end + 2:]
+                batch.append(event)
+                if len(batch) < self.cfg.rechunk and b"[DONE]" not in event:
+                    continue
+                if delay_ns:
+                    await self.timer.sleep_until(t + delay_ns)
+                resp.chunk(b"".join(batch))
+                self.held_event_ns.append(time.perf_counter_ns() - t)
+                batch = []
+            await resp.writer.drain()
+        if batch:
+            resp.chunk(b"".join(batch))
+        await resp.end_stream()
+
+
+async def amain(argv: list[str] | None = None) -> None:
+    args = config_parser(ProxyConfig).parse_args(argv)
+    cfg = ProxyConfig.model_validate({k: v for k, v in vars(args).items() if k in ProxyConfig.model_fields
+                                      and v is not None})
+    timer = PreciseTimer(asyncio.get_running_loop())
+    await run_server(Proxy(cfg, timer).handle, args.host, args.port, timer.close)
+
+
+if __name__ == "__main__":
+    asyncio.run(amain())

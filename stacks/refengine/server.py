@@ -1,0 +1,247 @@
+"""The reference engine: an OpenAI-compatible streaming server whose timing is exactly configurable.
+
+- TTFT = ttft_ms + prefill_ms_per_token * prompt_tokens (+ uniform jitter), counted from admission;
+  token k is due at first + k * itl_ms: absolute deadlines, so error never accumulates.
+- tokens_per_chunk tokens per SSE event (like Ray Serve's stream batching); usage always carries the truth.
+- max_num_seqs with a real FIFO waiting queue; failure injection (HTTP 500, 429, a stream cut mid-way,
+  a slow /metrics); /metrics with vLLM 0.32.0's family names following the simulated state.
+- Every request's actual send times are kept (same monotonic clock as the client: perf_counter_ns is
+  CLOCK_MONOTONIC on Linux), served at GET /sim/stats: how late the server itself was, so a benchmark can tell
+  the client's error from the server's.
+
+Run: python -m stacks.refengine.server --port P [--ttft-ms 50 --itl-ms 10 ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import signal
+import time
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from stacks.refengine.http import Request, Responder, serve
+from stacks.refengine.metrics import SimMetrics
+from stacks.refengine.timing import PreciseTimer
+
+PREFIX_BLOCK_CHARS = 64  # the "first KV block" of a prompt for the simulated prefix cache
+BLOCK_TOKENS = 16
+
+
+class SimConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str = "tiny"
+    version: str = "sim-0.32.0"
+    max_model_len: int = 2048
+    ttft_ms: float = Field(50.0, ge=0)
+    prefill_ms_per_token: float = Field(0.0, ge=0)
+    itl_ms: float = Field(10.0, ge=0)
+    tokens_per_chunk: int = Field(1, ge=1)
+    jitter_ms: float = Field(0.0, ge=0)
+    max_num_seqs: int = Field(256, ge=1)
+    kv_capacity_tokens: int = Field(524_288, ge=1)
+    fail_500: float = Field(0.0, ge=0, le=1)
+    fail_429: float = Field(0.0, ge=0, le=1)
+    cut_stream: float = Field(0.0, ge=0, le=1)
+    metrics_delay_ms: float = Field(0.0, ge=0)
+    seed: int = 0
+
+
+class Engine:
+    def __init__(self, cfg: SimConfig, timer: PreciseTimer):
+        self.cfg, self.timer = cfg, timer
+        self.rng = random.Random(cfg.seed)
+        self.slots = asyncio.Semaphore(cfg.max_num_seqs)
+        self.running = self.waiting = self.kv_tokens = 0
+        self.metrics = SimMetrics(cfg.model, cfg.kv_capacity_tokens)
+        self.seen_blocks: set[str] = set()
+        self.late_first_ns: list[int] = []  # actual send - due, first content event
+        self.late_event_ns: list[int] = []  # every content event
+        self.counter = 0
+
+    # ---- routes ----
+    async def handle(self, req: Request, resp: Responder) -> None:
+        route = (req.method, req.path)
+        if route == ("GET", "/health"):
+            await resp.send(200, b"", "text/plain")
+        elif route == ("GET", "/version"):
+            await resp.send_json(200, {"version": self.cfg.version})
+        elif route == ("GET", "/v1/models"):
+            await resp.send_json(200, {"object": "list", "data": [
+                {"id": self.cfg.model, "object": "model", "owned_by": "layerbench-sim",
+                 "max_model_len": self.cfg.max_model_len}]})
+        elif route == ("GET", "/metrics"):
+            if self.cfg.metrics_delay_ms:
+                await asyncio.sleep(self.cfg.metrics_delay_ms / 1e3)
+            await resp.send(200, self.metrics.render(), "text/plain; version=0.0.4; charset=utf-8")
+        elif route == ("GET", "/sim/stats"):
+            await resp.send_json(200, self.stats())
+        elif route == ("POST", "/sim/reset"):
+            self.late_first_ns.clear()
+            self.late_event_ns.clear()
+            await resp.send_json(200, {"reset": True})
+        elif req.method == "POST" and req.path in ("/v1/completions", "/v1/chat/completions"):
+            await self.generate(req, resp, chat=req.path.endswith("chat/completions"))
+        else:
+            await resp.send_json(404, {"error": {"message": f"no route {req.method} {req.path}", "code": 404}})
+
+    def stats(self) -> dict:
+        def pct(xs: list[int]) -> dict:
+            if not xs:
+                return {"n": 0}
+            a = np.asarray(xs) / 1e6
+            return {"n": int(a.size), "p50_ms": float(np.percentile(a, 50)), "p99_ms": float(np.percentile(a, 99)),
+                    "max_ms": float(a.max())}
+
+        return {"late_first": pct(self.late_first_ns), "late_event": pct(self.late_event_ns),
+                "requests": self.counter}
+
+    # ---- generation ----
+    async def generate(self, req: Request, resp: Responder, chat: bool) -> None:
+        t_arrival = time.perf_counter_ns()
+        try:
+            body = req.json()
+        except ValueError:
+            await resp.send_json(400, {"error": {"message": "body is not JSON", "code": 400}})
+            return
+        if body.get("model") != self.cfg.model:
+            await resp.send_json(404, {"error": {"message": f"model {body.get('model')!r} does not exist",
+                                                 "code": 404}})
+            return
+        roll = self.rng.random()
+        if roll < self.cfg.fail_429:
+            await resp.send_json(429, {"error": {"message": "injected: too many requests", "code": 429}})
+            return
+        if roll < self.cfg.fail_429 + self.cfg.fail_500:
+            await resp.send_json(500, {"error": {"message": "injected: internal error", "code": 500}})
+            return
+        cut = self.rng.random() < self.cfg.cut_stream
+        jitter = self.rng.uniform(-self.cfg.jitter_ms, self.cfg.jitter_ms) if self.cfg.jitter_ms else 0.0
+        prompt = (" ".join(m.get("content", "") for m in body.get("messages", [])) if chat
+                  else str(body.get("prompt", "")))
+        prompt_tokens = max(1, len(prompt) // 4)
+        max_tokens = int(body.get("max_tokens") or 16)
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        self.counter += 1
+        rid = f"{'chatcmpl' if chat else 'cmpl'}-sim{self.counter}"
+
+        self.waiting += 1
+        self._publish()
+        async with self.slots:
+            self.waiting -= 1
+            self.running += 1
+            kv = prompt_tokens + max_tokens
+            self.kv_tokens += kv
+            t_admit = time.perf_counter_ns()
+            block = prompt[:PREFIX_BLOCK_CHARS]
+            cached = BLOCK_TOKENS if block in self.seen_blocks else 0
+            self.seen_blocks.add(block)
+            self.metrics.on_admit(prompt_tokens, max_tokens, (t_admit - t_arrival) / 1e9, cached, BLOCK_TOKENS)
+            self._publish()
+            try:
+                await self._stream(resp, rid, chat, t_admit, prompt_tokens, max_tokens, jitter, include_usage, cut)
+            finally:
+                self.running -= 1
+                self.kv_tokens -= kv
+                self._publish()
+
+    def _publish(self) -> None:
+        self.metrics.set_state(self.running, self.waiting, self.kv_tokens)
+
+    def _event(self, rid: str, chat: bool, text: str | None, finish: str | None = None,
+               usage: dict | None = None) -> bytes:
+        created = int(time.time())
+        if usage is not None:
+            choices: list = []
+        elif chat:
+            delta = {"role": "assistant", "content": ""} if text is None else {"content": text}
+            choices = [{"index": 0, "delta": delta, "finish_reason": finish}]
+        else:
+            choices = [{"index": 0, "text": text, "finish_reason": finish}]
+        obj = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": created,
+               "model": self.cfg.model, "choices": choices}
+        if usage is not None:
+            obj["usage"] = usage
+        return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+    async def _stream(self, resp: Responder, rid: str, chat: bool, t_admit: int, prompt_tokens: int,
+                      max_tokens: int, jitter_ms: float, include_usage: bool, cut: bool) -> None:
+        cfg = self.cfg
+        clock = time.perf_counter_ns
+        ttft_ns = int((cfg.ttft_ms + cfg.prefill_ms_per_token * prompt_tokens + jitter_ms) * 1e6)
+        itl_ns = int(cfg.itl_ms * 1e6)
+        first_due = t_admit + max(0, ttft_ns)
+        resp.start_stream()
+        if chat:
+            resp.chunk(self._event(rid, chat, None))  # role-only chunk: not a token, not TTFT
+        await resp.writer.drain()
+        n_chunks = -(-max_tokens // cfg.tokens_per_chunk)
+        sent = 0
+        prev_sent_ns = None
+        t_first_sent = 0
+        for j in range(n_chunks):
+            n = min(cfg.tokens_per_chunk, max_tokens - sent)
+            due = first_due + (sent + n - 1) * itl_ns  # a chunk leaves when its last token is due
+            await self.timer.sleep_until(due)
+            if cut and j >= n_chunks // 2:
+                resp.abort()
+                return
+            sent += n
+            resp.chunk(self._event(rid, chat, "tok " * n, "length" if sent == max_tokens else None))
+            now = clock()
+            self.late_event_ns.append(now - due)
+            if j == 0:
+                t_first_sent = now
+                self.late_first_ns.append(now - due)
+                self.metrics.on_first_token((now - t_admit) / 1e9)
+            self.metrics.on_token(n, None if prev_sent_ns is None else (now - prev_sent_ns) / 1e9)
+            prev_sent_ns = now
+            await resp.writer.drain()
+        if include_usage:
+            resp.chunk(self._event(rid, chat, None, usage={"prompt_tokens": prompt_tokens,
+                                                           "completion_tokens": max_tokens,
+                                                           "total_tokens": prompt_tokens + max_tokens}))
+        resp.chunk(b"data: [DONE]\n\n")
+        await resp.end_stream()
+        end = clock()
+        tpot = (end - t_first_sent) / 1e9 / (max_tokens - 1) if max_tokens > 1 else None
+        self.metrics.on_finish((end - t_admit) / 1e9, max_tokens, tpot)
+
+
+def config_parser(model: type[BaseModel]) -> argparse.ArgumentParser:
+    """--field-name flags for every field of a pydantic config model."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    for name in model.model_fields:
+        p.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None)
+    return p
+
+
+async def run_server(handler, host: str, port: int, on_stop=None) -> None:
+    server = await asyncio.start_server(serve(handler), host, port, backlog=1024)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with server:
+        await stop.wait()
+    if on_stop:
+        on_stop()
+
+
+async def amain(argv: list[str] | None = None) -> None:
+    args = config_parser(SimConfig).parse_args(argv)
+    cfg = SimConfig.model_validate({k: v for k, v in vars(args).items() if k in SimConfig.model_fields
+                                    and v is not None})
+    timer = PreciseTimer(asyncio.get_running_loop())
+    engine = Engine(cfg, timer)
+    await run_server(engine.handle, args.host, args.port, timer.close)
+
+
+if __name__ == "__main__":
+    asyncio.run(amain())

@@ -1,0 +1,178 @@
+"""The reference engine as stacks: `sim` (the engine of known timing) and `sim-proxy` (the known-overhead
+proxy in front of it, whose baseline is `sim` with the same settings). Both start in seconds, so the whole
+deploy -> measure -> compare path runs without vLLM; they calibrate the harness, never replace vLLM.
+
+Options (`--opt key=value`): any SimConfig field (ttft_ms, itl_ms, tokens_per_chunk, jitter_ms, max_num_seqs,
+fail_500, fail_429, cut_stream, metrics_delay_ms, ...) goes to the engine; any ProxyConfig field
+(request_delay_ms, chunk_delay_ms, rechunk, metrics) to the proxy."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import httpx
+import psutil
+from rich.console import Console
+
+from harness.errors import LayerbenchError
+from stacks.base import PROJECT_ROOT, AppliedConfig, DeploySettings, Endpoint, Stack, register
+from stacks.procs import ManagedProcess, free_port, port_in_use, stop_and_verify, wait_http_ready
+from stacks.refengine.proxy import ProxyConfig
+from stacks.refengine.server import SimConfig
+
+SIM_KEYS = set(SimConfig.model_fields) - {"model", "max_model_len"}
+PROXY_KEYS = set(ProxyConfig.model_fields) - {"upstream_host", "upstream_port"}
+
+
+def _flags(options: dict, keys: set[str]) -> list[str]:
+    return [a for k, v in options.items() if k in keys for a in (f"--{k.replace('_', '-')}", str(v))]
+
+
+def _check_options(options: dict, allowed: set[str], kind: str) -> None:
+    unknown = set(options) - allowed - {"port"}
+    if unknown:
+        raise LayerbenchError(f"unknown option(s) for stack {kind}: {', '.join(sorted(unknown))}; "
+                              f"known: {', '.join(sorted(allowed))}")
+
+
+class _LocalServer:
+    """One refengine process on a free port of 127.0.0.1."""
+
+    def __init__(self, name: str, module: str, log_dir: Path, flags: list[str], port: int | None = None):
+        self.name, self.port = name, port or free_port()
+        self.log_path = log_dir / f"{name}-{self.port}.log"
+        cmd = [sys.executable, "-m", module, "--port", str(self.port), *flags]
+        self.proc = ManagedProcess(name, cmd, self.log_path, env={"PYTHONPATH": str(PROJECT_ROOT)})
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        if port_in_use(self.port):
+            raise LayerbenchError(f"port {self.port} on 127.0.0.1 is already in use")
+        self.proc.start()
+
+    def wait(self, timeout: float, console: Console | None) -> float:
+        return wait_http_ready(f"{self.url}/v1/models", timeout, self.name, self.proc.alive, self.log_path, console)
+
+    def stop(self) -> None:
+        stop_and_verify(self.proc, [self.port], self.name)
+
+
+@register
+class SimStack(Stack):
+    kind = "sim"
+    in_request_path = False
+    description = "reference engine of known timing (calibration, fast tests)"
+
+    def __init__(self, settings: DeploySettings):
+        super().__init__(settings)
+        _check_options(settings.options, self.allowed_options(), self.kind)
+        e = settings.engine
+        flags = ["--model", settings.served_model_name, "--max-model-len", str(e.max_model_len),
+                 "--max-num-seqs", str(e.max_num_seqs), *_flags(settings.options, SIM_KEYS)]
+        port = int(settings.options.get("port", 0)) if self.kind == "sim" else None
+        self.engine = _LocalServer("sim", "stacks.refengine.server", settings.log_dir, flags, port)
+        self._up = False
+
+    @classmethod
+    def allowed_options(cls) -> set[str]:
+        return SIM_KEYS
+
+    def deploy(self) -> None:
+        self._up = True
+        self.engine.start()
+
+    def wait_ready(self, timeout: float, console: Console | None = None) -> float:
+        return self.engine.wait(timeout, console)
+
+    def teardown(self) -> None:
+        if self._up:
+            self._up = False
+            self.engine.stop()
+
+    def endpoint(self) -> Endpoint:
+        return Endpoint(base_url=self.engine.url, model=self.settings.served_model_name)
+
+    def engine_version(self) -> str:
+        try:
+            return httpx.get(f"{self.engine.url}/version", timeout=5).json()["version"]
+        except (httpx.HTTPError, ValueError, KeyError):
+            return SimConfig.model_fields["version"].default
+
+    def baseline(self) -> Stack:
+        return self
+
+    def verify_config(self) -> AppliedConfig:
+        cfg = super().verify_config()
+        cfg.kv_cache_tokens = SimConfig.model_fields["kv_capacity_tokens"].default
+        cfg.max_concurrency = cfg.kv_cache_tokens / self.settings.engine.max_model_len
+        cfg.max_concurrency_at_tokens = self.settings.engine.max_model_len
+        return cfg
+
+    def processes(self) -> dict[str, list[psutil.Process]]:
+        return {"sim": self.engine.proc.tree()}
+
+    def log_locations(self) -> dict[str, Path]:
+        return {"engine": self.engine.log_path}
+
+
+@register
+class SimProxyStack(SimStack):
+    kind = "sim-proxy"
+    in_request_path = True
+    description = "known-overhead proxy in front of the reference engine"
+
+    def __init__(self, settings: DeploySettings):
+        super().__init__(settings)
+        self.proxy: _LocalServer | None = None
+
+    @classmethod
+    def allowed_options(cls) -> set[str]:
+        return SIM_KEYS | PROXY_KEYS
+
+    def deploy(self) -> None:
+        super().deploy()
+        flags = ["--upstream-port", str(self.engine.port), *_flags(self.settings.options, PROXY_KEYS)]
+        port = int(self.settings.options.get("port", 0)) or None
+        self.proxy = _LocalServer("sim-proxy", "stacks.refengine.proxy", self.settings.log_dir, flags, port)
+        self.proxy.start()
+
+    def wait_ready(self, timeout: float, console: Console | None = None) -> float:
+        waited = super().wait_ready(timeout, console)
+        assert self.proxy is not None
+        return waited + self.proxy.wait(timeout, console)
+
+    def teardown(self) -> None:
+        try:
+            if self.proxy is not None:
+                proxy, self.proxy = self.proxy, None
+                proxy.stop()
+        finally:
+            super().teardown()
+
+    def endpoint(self) -> Endpoint:
+        assert self.proxy is not None, "deploy() first"
+        return Endpoint(base_url=self.proxy.url, model=self.settings.served_model_name)
+
+    def metric_endpoints(self) -> dict[str, str]:
+        # where a user would look (the layer's port) and the engine's own port behind it
+        return {"api": f"{self.endpoint().base_url}/metrics", "engine": f"{self.engine.url}/metrics"}
+
+    def engine_version(self) -> str:
+        try:
+            return httpx.get(f"{self.endpoint().base_url}/version", timeout=5).json()["version"]
+        except (httpx.HTTPError, ValueError, KeyError):
+            return super().engine_version()
+
+    def baseline(self) -> Stack:
+        opts = {k: v for k, v in self.settings.options.items() if k in SIM_KEYS}
+        return SimStack(self.settings.model_copy(update={"options": opts}))
+
+    def processes(self) -> dict[str, list[psutil.Process]]:
+        procs = super().processes()
+        if self.proxy is not None:
+            procs["proxy"] = self.proxy.proc.tree()
+        return procs
