@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import platform
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -53,9 +52,8 @@ class RunWriter:
             "host": host_info(),
             **(meta or {}),
         }
-        self._lock = threading.Lock()  # scrapes arrive from the scraper thread
         self._requests = (self.dir / "requests.jsonl").open("a")
-        self._scrapes = (self.dir / "scrapes.jsonl").open("a")
+        (self.dir / "scrapes.jsonl").touch()  # appended to by the scraper process
         self.write_meta()
 
     def write_meta(self, **updates: Any) -> None:
@@ -65,14 +63,8 @@ class RunWriter:
         tmp.replace(self.dir / "run.json")
 
     def request(self, record: dict) -> None:
-        with self._lock:
-            self._requests.write(json.dumps(record, separators=(",", ":")) + "\n")
-            self._requests.flush()
-
-    def scrape(self, scrape: dict) -> None:
-        with self._lock:
-            self._scrapes.write(json.dumps(scrape, separators=(",", ":")) + "\n")
-            self._scrapes.flush()
+        self._requests.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self._requests.flush()
 
     def write_json(self, name: str, data: Any) -> Path:
         path = self.dir / name
@@ -85,7 +77,6 @@ class RunWriter:
         """status: complete | failed | interrupted. Always called, whatever happened."""
         self.write_meta(status=status, reason=reason, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         self._requests.close()
-        self._scrapes.close()
 
 
 def read_jsonl(path: Path) -> list[dict]:

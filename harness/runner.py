@@ -18,9 +18,12 @@ from harness.client import RequestRecord, StreamClient
 from harness.prompts import PromptGenerator
 from harness.stats import Dist
 
-# Client is called the bottleneck past these (README, "Client health").
+# Client is called the bottleneck past these (README, "Client health"). Dispatch delay only counts when the
+# client is busy: on this VM the first microseconds after an idle wait run ~40x slower (6 us of work took
+# 210 us p50 after a 10 ms sleep), so an idle client at c=1 shows ~1 ms dispatch delays without being saturated.
 CLIENT_CPU_LIMIT_PCT = 90.0
 DISPATCH_P95_LIMIT_MS = 1.0
+BUSY_CPU_PCT = 25.0
 LAG_TICK_S = 0.005
 
 
@@ -45,8 +48,9 @@ def judge_client(cpu_pct: float, lag: Dist, dispatch: Dist) -> tuple[bool, list[
     reasons = []
     if cpu_pct > CLIENT_CPU_LIMIT_PCT:
         reasons.append(f"client CPU {cpu_pct:.0f}% of a core (> {CLIENT_CPU_LIMIT_PCT:.0f}%)")
-    if dispatch.p95 is not None and dispatch.p95 > DISPATCH_P95_LIMIT_MS:
-        reasons.append(f"dispatch delay p95 {dispatch.p95:.2f} ms (> {DISPATCH_P95_LIMIT_MS} ms)")
+    if dispatch.p95 is not None and dispatch.p95 > DISPATCH_P95_LIMIT_MS and cpu_pct > BUSY_CPU_PCT:
+        reasons.append(f"dispatch delay p95 {dispatch.p95:.2f} ms (> {DISPATCH_P95_LIMIT_MS} ms) at "
+                       f"{cpu_pct:.0f}% CPU")
     return bool(reasons), reasons
 
 

@@ -1,13 +1,18 @@
-"""Metrics scraper: reads every metric endpoint of a stack every interval, in its own thread so parsing
-never stalls the event loop that timestamps SSE events. A failed scrape is recorded as a gap with its
-reason (HTTP status, timeout, connection error, unparsable text); the loop never stops on its own."""
+"""Metrics scraper: reads every metric endpoint of a stack every interval and appends each scrape to
+scrapes.jsonl. It runs in its own *process*: in a thread, its HTTP and Prometheus parsing held the GIL for
+milliseconds every interval, which showed up as event-loop lag in the SSE timestamps. A failed scrape is
+recorded as a gap with its reason (HTTP status, timeout, connection error, unparsable text); the loop never
+stops on its own."""
 
 from __future__ import annotations
 
-import threading
+import json
+import multiprocessing as mp
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing.sharedctypes import Synchronized
+from multiprocessing.synchronize import Event as EventType
+from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -65,40 +70,72 @@ def scrape_once(client: httpx.Client, name: str, url: str) -> Scrape:
     return Scrape(now, name, url, True, status=200, families=families, samples=samples)
 
 
-class Scraper:
-    """Background scraping of {name: url}; `sink` receives every Scrape (gaps included) as it happens."""
+def _scrape_loop(endpoints: dict[str, str], interval_s: float, out_path: str, tags: dict,
+                 level: Synchronized, stop: EventType) -> None:
+    with httpx.Client(timeout=min(interval_s, 5.0)) as client, open(out_path, "a") as out:
+        next_t = time.monotonic()
+        while not stop.is_set():
+            for name, url in endpoints.items():
+                try:
+                    s = scrape_once(client, name, url)
+                except Exception as e:  # never die silently: anything unexpected is a gap too
+                    s = Scrape(time.time(), name, url, False, reason=f"scraper error: {e!r}"[:200])
+                s.level = level.value or None
+                out.write(json.dumps({**s.to_json(), **tags}, separators=(",", ":")) + "\n")
+                out.flush()
+            next_t += interval_s
+            stop.wait(max(0.0, next_t - time.monotonic()))
 
-    def __init__(self, endpoints: dict[str, str], interval_s: float, sink: Callable[[Scrape], None]):
-        self.endpoints, self.interval_s, self.sink = endpoints, interval_s, sink
-        self.level: int | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="layerbench-scraper", daemon=True)
+
+class Scraper:
+    """Background scraping of {name: url} into `out_path` (JSONL, appended; `tags` added to each line).
+    Set `level` while a level runs; `new_scrapes()` returns the lines written since the last call."""
+
+    def __init__(self, endpoints: dict[str, str], interval_s: float, out_path: Path, tags: dict | None = None):
+        ctx = mp.get_context("spawn")  # no fork of a process with threads and an event loop
+        self.out_path = Path(out_path)
+        self.out_path.touch()
+        self._offset = self.out_path.stat().st_size
+        self._level = ctx.Value("i", 0)
+        self._stop = ctx.Event()
+        self._proc = ctx.Process(target=_scrape_loop, name="layerbench-scraper", daemon=True,
+                                 args=(endpoints, interval_s, str(self.out_path), tags or {}, self._level,
+                                       self._stop))
+        self.interval_s = interval_s
         self.count = 0
         self.gaps = 0
 
+    @property
+    def level(self) -> int | None:
+        return self._level.value or None
+
+    @level.setter
+    def level(self, value: int | None) -> None:
+        self._level.value = value or 0
+
     def __enter__(self) -> Scraper:
-        self._thread.start()
+        self._proc.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self.stop()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=self.interval_s + 5)
+        if self._proc.is_alive():
+            self._stop.set()
+            self._proc.join(timeout=self.interval_s + 10)
+            if self._proc.is_alive():
+                self._proc.kill()
+                self._proc.join()
 
-    def _loop(self) -> None:
-        with httpx.Client(timeout=min(self.interval_s, 5.0)) as client:
-            next_t = time.monotonic()
-            while not self._stop.is_set():
-                for name, url in self.endpoints.items():
-                    try:
-                        s = scrape_once(client, name, url)
-                    except Exception as e:  # never die silently: anything unexpected is a gap too
-                        s = Scrape(time.time(), name, url, False, reason=f"scraper error: {e!r}"[:200])
-                    s.level = self.level
-                    self.count += 1
-                    self.gaps += not s.ok
-                    self.sink(s)
-                next_t += self.interval_s
-                self._stop.wait(max(0.0, next_t - time.monotonic()))
+    def new_scrapes(self) -> list[dict]:
+        """Complete lines appended since the last call (a line being written is left for next time)."""
+        with self.out_path.open("rb") as f:
+            f.seek(self._offset)
+            data = f.read()
+        end = data.rfind(b"\n") + 1
+        self._offset += end
+        scrapes = [json.loads(line) for line in data[:end].splitlines() if line.strip()]
+        self.count += len(scrapes)
+        self.gaps += sum(not s["ok"] for s in scrapes)
+        return scrapes

@@ -4,7 +4,6 @@ all the while, writing requests, scrapes and the growing summary to the run fold
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
 
 from pydantic import BaseModel
 from rich.console import Console
@@ -15,7 +14,7 @@ from harness.profile import LoadProfile
 from harness.prompts import PromptGenerator
 from harness.results import RunWriter
 from harness.runner import ClientHealth, run_level
-from harness.scraper import Scrape, Scraper
+from harness.scraper import Scraper
 from harness.server_metrics import ServerLevelMetrics, summarise
 from harness.stats import LevelStats, level_stats
 from stacks.base import AppliedConfig, Stack
@@ -51,14 +50,6 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
                           tok if tok.exists() else None)
     client = CLIENTS[ep.protocol](ep.base_url, ep.model, api=profile.api, max_tokens=profile.output_tokens,
                                   ignore_eos=profile.ignore_eos, timeout_s=profile.request_timeout_s)
-    by_level: dict[int | None, list[dict]] = defaultdict(list)
-
-    def on_scrape(s: Scrape) -> None:
-        d = s.to_json()
-        d["label"] = summary.label
-        writer.scrape(d)
-        by_level[s.level].append(d)
-
     def on_record(rec: RequestRecord) -> None:
         d = rec.to_json()
         d["label"] = summary.label
@@ -66,7 +57,9 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
 
     levels = profile.concurrency
     n_repeats = repeats or profile.repeats
-    with Scraper(stack.metric_endpoints(), profile.scrape_interval_s, on_scrape) as scraper, Progress(
+    scraper = Scraper(stack.metric_endpoints(), profile.scrape_interval_s, writer.dir / "scrapes.jsonl",
+                      tags={"label": summary.label})
+    with scraper, Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         console=console,
     ) as progress:
@@ -88,18 +81,20 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
                     on_progress=advance, process_cpu=stack.process_cpu,
                 ))
                 scraper.level = None
+                level_scrapes = [s for s in scraper.new_scrapes() if s["level"] == c]
                 progress.update(task, total=len(run.records), completed=len(run.records))
                 records = [RequestRecord(**{k: v for k, v in r.items() if k in RequestRecord.__slots__})
                            for r in run.records]
                 stats = level_stats(records, c, profile.slo, repeat=rep)
                 summary.levels.append(LevelSummary(
                     stats=stats, client=run.client, process_cpu_s=run.process_cpu_s, window_s=run.window_s,
-                    server=summarise(by_level.pop(c, [])),
+                    server=summarise(level_scrapes),
                 ))
                 if run.client.bottleneck:
                     summary.client_bottleneck_levels.append(c)
                 summary.scrapes, summary.scrape_gaps = scraper.count, scraper.gaps
                 writer.write_json(f"summary-{summary.label}.json" if summary.label != summary.stack
                                   else "summary.json", summary.model_dump())
+    scraper.new_scrapes()
     summary.scrapes, summary.scrape_gaps = scraper.count, scraper.gaps
     return summary

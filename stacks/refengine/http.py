@@ -78,10 +78,13 @@ async def read_request(reader: asyncio.StreamReader) -> Request | None:
     return Request(method, path.split("?", 1)[0], headers, body)
 
 
-def serve(handler: Handler) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
-    """Connection callback for asyncio.start_server: one request after another on a keep-alive connection."""
+def serve(handler: Handler, open_writers: set[asyncio.StreamWriter]
+          ) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+    """Connection callback for asyncio.start_server: one request after another on a keep-alive connection.
+    Open connections are tracked so a stopping server can close idle keep-alive clients itself."""
 
     async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        open_writers.add(writer)
         resp = Responder(writer)
         try:
             while resp.keep_alive and (req := await read_request(reader)) is not None:
@@ -91,9 +94,32 @@ def serve(handler: Handler) -> Callable[[asyncio.StreamReader, asyncio.StreamWri
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
+            open_writers.discard(writer)
             for close in resp.on_close:
                 close()
             if not writer.is_closing():
                 writer.close()
 
     return on_connection
+
+
+async def run_server(handler: Handler, host: str, port: int, on_stop: Callable[[], None] | None = None) -> None:
+    """Serve until SIGTERM/SIGINT, then close the listener and every open connection and return."""
+    import signal
+
+    open_writers: set[asyncio.StreamWriter] = set()
+    server = await asyncio.start_server(serve(handler, open_writers), host, port, backlog=1024)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    server.close()
+    for w in list(open_writers):
+        w.transport.abort()  # idle keep-alive clients would otherwise hold wait_closed() forever
+    try:
+        await asyncio.wait_for(server.wait_closed(), 5)
+    except TimeoutError:
+        pass
+    if on_stop:
+        on_stop()

@@ -3,7 +3,8 @@
 - request_delay_ms: each request is held this long before it goes upstream;
 - chunk_delay_ms: each upstream SSE event is forwarded this long after it arrived (deadline-scheduled, so
   delays do not pile up while events are further apart than the delay);
-- rechunk: forward N upstream events as one chunk (like a layer that batches its stream);
+- rechunk: merge N upstream content events into one event carrying all their text (like Ray Serve's stream
+  batching), so tokens per event rises while usage still carries the true token count;
 - metrics: pass | hide (404, like Ray Serve's API port) | rename (vllm:* -> proxy_vllm_*, like ray_vllm_*).
 
 What it actually added is recorded per request and served at GET /proxy/stats, so a benchmark compares
@@ -15,6 +16,7 @@ Run: python -m stacks.refengine.proxy --port P --upstream-port U [--request-dela
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Literal
 
@@ -22,8 +24,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.sse import ChunkedDecoder
-from stacks.refengine.http import Request, Responder
-from stacks.refengine.server import config_parser, run_server
+from stacks.refengine.http import Request, Responder, run_server
+from stacks.refengine.server import config_parser
 from stacks.refengine.timing import PreciseTimer
 
 
@@ -133,18 +135,41 @@ class Proxy:
             buf += dechunk.feed(data)
             while (end := buf.find(b"\n\n")) >= 0:
                 event, buf = buf[: end + 2], buf[end + 2:]
-                batch.append(event)
-                if len(batch) < self.cfg.rechunk and b"[DONE]" not in event:
-                    continue
+                content = _is_content(event)
+                if content:
+                    batch.append(event)
+                    if len(batch) < self.cfg.rechunk:
+                        continue
                 if delay_ns:
                     await self.timer.sleep_until(t + delay_ns)
-                resp.chunk(b"".join(batch))
+                if batch:  # a non-content event (usage, [DONE]) flushes what is batched first
+                    resp.chunk(_merge(batch))
+                    batch = []
+                if not content:
+                    resp.chunk(event)
                 self.held_event_ns.append(time.perf_counter_ns() - t)
-                batch = []
             await resp.writer.drain()
         if batch:
-            resp.chunk(b"".join(batch))
+            resp.chunk(_merge(batch))
         await resp.end_stream()
+
+
+def _is_content(event: bytes) -> bool:
+    return b'"text":"' in event or b'"content":"' in event and b'"content":""' not in event
+
+
+def _merge(events: list[bytes]) -> bytes:
+    """One SSE event with the concatenated text of several content events (completions or chat)."""
+    if len(events) == 1:
+        return events[0]
+    objs = [json.loads(e[len(b"data: "):].strip()) for e in events]
+    merged = objs[-1]  # keeps the last finish_reason
+    choice = merged["choices"][0]
+    if "text" in choice:
+        choice["text"] = "".join(o["choices"][0]["text"] for o in objs)
+    else:
+        choice["delta"]["content"] = "".join(o["choices"][0]["delta"].get("content") or "" for o in objs)
+    return b"data: " + json.dumps(merged, separators=(",", ":")).encode() + b"\n\n"
 
 
 async def amain(argv: list[str] | None = None) -> None:

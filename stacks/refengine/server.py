@@ -18,13 +18,12 @@ import argparse
 import asyncio
 import json
 import random
-import signal
 import time
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from stacks.refengine.http import Request, Responder, serve
+from stacks.refengine.http import Request, Responder, run_server
 from stacks.refengine.metrics import SimMetrics
 from stacks.refengine.timing import PreciseTimer
 
@@ -59,8 +58,12 @@ class Engine:
         self.running = self.waiting = self.kv_tokens = 0
         self.metrics = SimMetrics(cfg.model, cfg.kv_capacity_tokens)
         self.seen_blocks: set[str] = set()
+        # what the server actually did (perf_counter_ns = CLOCK_MONOTONIC, the client's clock too)
         self.late_first_ns: list[int] = []  # actual send - due, first content event
         self.late_event_ns: list[int] = []  # every content event
+        self.ttft_ns: list[int] = []  # request read -> first content event written
+        self.e2e_ns: list[int] = []  # request read -> end of stream written
+        self.itl_ns: list[int] = []  # gaps between content events written
         self.counter = 0
 
     # ---- routes ----
@@ -81,8 +84,8 @@ class Engine:
         elif route == ("GET", "/sim/stats"):
             await resp.send_json(200, self.stats())
         elif route == ("POST", "/sim/reset"):
-            self.late_first_ns.clear()
-            self.late_event_ns.clear()
+            for xs in (self.late_first_ns, self.late_event_ns, self.ttft_ns, self.e2e_ns, self.itl_ns):
+                xs.clear()
             await resp.send_json(200, {"reset": True})
         elif req.method == "POST" and req.path in ("/v1/completions", "/v1/chat/completions"):
             await self.generate(req, resp, chat=req.path.endswith("chat/completions"))
@@ -98,6 +101,7 @@ class Engine:
                     "max_ms": float(a.max())}
 
         return {"late_first": pct(self.late_first_ns), "late_event": pct(self.late_event_ns),
+                "ttft": pct(self.ttft_ns), "e2e": pct(self.e2e_ns), "itl": pct(self.itl_ns),
                 "requests": self.counter}
 
     # ---- generation ----
@@ -143,7 +147,8 @@ class Engine:
             self.metrics.on_admit(prompt_tokens, max_tokens, (t_admit - t_arrival) / 1e9, cached, BLOCK_TOKENS)
             self._publish()
             try:
-                await self._stream(resp, rid, chat, t_admit, prompt_tokens, max_tokens, jitter, include_usage, cut)
+                await self._stream(resp, rid, chat, t_arrival, t_admit, prompt_tokens, max_tokens, jitter,
+                                   include_usage, cut)
             finally:
                 self.running -= 1
                 self.kv_tokens -= kv
@@ -168,8 +173,8 @@ class Engine:
             obj["usage"] = usage
         return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
-    async def _stream(self, resp: Responder, rid: str, chat: bool, t_admit: int, prompt_tokens: int,
-                      max_tokens: int, jitter_ms: float, include_usage: bool, cut: bool) -> None:
+    async def _stream(self, resp: Responder, rid: str, chat: bool, t_arrival: int, t_admit: int,
+                      prompt_tokens: int, max_tokens: int, jitter_ms: float, include_usage: bool, cut: bool) -> None:
         cfg = self.cfg
         clock = time.perf_counter_ns
         ttft_ns = int((cfg.ttft_ms + cfg.prefill_ms_per_token * prompt_tokens + jitter_ms) * 1e6)
@@ -197,7 +202,10 @@ class Engine:
             if j == 0:
                 t_first_sent = now
                 self.late_first_ns.append(now - due)
+                self.ttft_ns.append(now - t_arrival)
                 self.metrics.on_first_token((now - t_admit) / 1e9)
+            else:
+                self.itl_ns.append(now - prev_sent_ns)
             self.metrics.on_token(n, None if prev_sent_ns is None else (now - prev_sent_ns) / 1e9)
             prev_sent_ns = now
             await resp.writer.drain()
@@ -208,6 +216,7 @@ class Engine:
         resp.chunk(b"data: [DONE]\n\n")
         await resp.end_stream()
         end = clock()
+        self.e2e_ns.append(end - t_arrival)
         tpot = (end - t_first_sent) / 1e9 / (max_tokens - 1) if max_tokens > 1 else None
         self.metrics.on_finish((end - t_admit) / 1e9, max_tokens, tpot)
 
@@ -220,18 +229,6 @@ def config_parser(model: type[BaseModel]) -> argparse.ArgumentParser:
     for name in model.model_fields:
         p.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None)
     return p
-
-
-async def run_server(handler, host: str, port: int, on_stop=None) -> None:
-    server = await asyncio.start_server(serve(handler), host, port, backlog=1024)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    async with server:
-        await stop.wait()
-    if on_stop:
-        on_stop()
 
 
 async def amain(argv: list[str] | None = None) -> None:

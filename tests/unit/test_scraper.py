@@ -45,40 +45,52 @@ class FlakyMetrics:
         self.httpd.server_close()
 
 
-def test_gaps_are_recorded_with_reasons_and_the_loop_continues():
+def scrape_until(endpoints: dict, n: int, out, interval_s: float, timeout_s: float = 60) -> list[dict]:
+    """Run the scraper process until it has written n scrapes (polling its output file, with a deadline)."""
+    got: list[dict] = []
+    deadline = time.monotonic() + timeout_s
+    with Scraper(endpoints, interval_s=interval_s, out_path=out, tags={"label": "t"}) as scraper:
+        while len(got) < n and time.monotonic() < deadline:
+            got += scraper.new_scrapes()
+            time.sleep(0.05)
+    got += scraper.new_scrapes()
+    assert len(got) >= n, f"scraper stalled after {len(got)} scrapes"
+    assert scraper.count == len(got) and scraper.gaps == sum(not s["ok"] for s in got)
+    return got
+
+
+def test_gaps_are_recorded_with_reasons_and_the_loop_continues(tmp_path):
     srv = FlakyMetrics(["ok", "500", "500", "slow", "garbage", "garbage", "ok", "ok"])
-    got = []
-    done = threading.Event()
-
-    def sink(s):
-        got.append(s)
-        if len(got) >= 9:
-            done.set()
-
     try:
-        with Scraper({"api": srv.url}, interval_s=0.3, sink=sink) as scraper:
-            assert done.wait(30), f"scraper stalled after {len(got)} scrapes"
+        got = scrape_until({"api": srv.url}, 9, tmp_path / "scrapes.jsonl", interval_s=0.3)
     finally:
         srv.close()
-    seq = [(s.ok, s.reason) for s in got[:8]]
+    seq = [(s["ok"], s["reason"]) for s in got[:8]]
     assert seq[0] == (True, None)
     assert seq[1] == seq[2] == (False, "http 500")
     assert seq[3] == (False, "timeout")
     assert seq[4][0] is False and seq[4][1].startswith("unparsable")
     assert seq[6] == seq[7] == (True, None)  # good scrapes after the bad ones are kept
-    assert got[0].samples == {'vllm:num_requests_running{engine=0}': 3.0}
-    assert scraper.gaps == sum(not s.ok for s in got)
+    assert got[0]["samples"] == {"vllm:num_requests_running{engine=0}": 3.0}
+    assert all(s["label"] == "t" for s in got)
 
 
-def test_unreachable_endpoint_is_a_gap_not_a_crash():
-    got = []
-    done = threading.Event()
+def test_unreachable_endpoint_is_a_gap_not_a_crash(tmp_path):
+    got = scrape_until({"dead": "http://127.0.0.1:9/metrics"}, 3, tmp_path / "s.jsonl", interval_s=0.1)
+    assert all(not s["ok"] and s["reason"].startswith("connection") for s in got)
 
-    def sink(s):
-        got.append(s)
-        if len(got) >= 3:
-            done.set()
 
-    with Scraper({"dead": "http://127.0.0.1:9/metrics"}, interval_s=0.1, sink=sink):
-        assert done.wait(20)
-    assert all(not s.ok and s.reason.startswith("connection") for s in got)
+def test_level_tag_follows_the_runner(tmp_path):
+    srv = FlakyMetrics([])
+    out = tmp_path / "s.jsonl"
+    try:
+        with Scraper({"api": srv.url}, interval_s=0.1, out_path=out) as scraper:
+            scraper.level = 16
+            deadline = time.monotonic() + 30
+            tagged: list[dict] = []
+            while not tagged and time.monotonic() < deadline:
+                tagged = [s for s in scraper.new_scrapes() if s["level"] == 16]
+                time.sleep(0.05)
+    finally:
+        srv.close()
+    assert tagged and tagged[0]["ok"]
