@@ -95,12 +95,16 @@ async def run_level(client: StreamClient, gen: PromptGenerator, concurrency: int
                     *, repeat: int = 0, warmup_waves: int = 1, min_duration_s: float = 0.0,
                     on_record: Callable[[RequestRecord], None] = lambda r: None,
                     on_progress: Callable[[RequestRecord], None] = lambda r: None,
-                    process_cpu: Callable[[], dict[str, float]] | None = None) -> LevelRun:
+                    process_cpu: Callable[[], dict[str, float]] | None = None,
+                    on_measure_start: Callable[[], None] | None = None) -> LevelRun:
     conns = [client.connection() for _ in range(concurrency)]
     try:
         if warmup_waves:
             await _drive(client, gen, concurrency, repeat, "warmup", warmup_waves * concurrency, 0.0, conns,
                          on_record)
+
+        if on_measure_start:  # e.g. a benchmark resets the server's own statistics here
+            on_measure_start()
 
         def measured(rec: RequestRecord) -> None:
             on_record(rec)

@@ -9,6 +9,7 @@
 
 What it actually added is recorded per request and served at GET /proxy/stats, so a benchmark compares
 what layerbench reports with what the proxy really did, not only with what it was asked to do.
+POST /proxy/config changes the delays in place; every other path (including /sim/*) goes upstream.
 
 Run: python -m stacks.refengine.proxy --port P --upstream-port U [--request-delay-ms 2 --chunk-delay-ms 0.2]
 """
@@ -86,6 +87,12 @@ class Proxy:
         t_arrival = time.perf_counter_ns()
         if req.path == "/proxy/stats":
             await resp.send_json(200, self.stats())
+            return
+        if req.path == "/proxy/config" and req.method == "POST":
+            # change delays in place, so a benchmark can alternate with/without on one deployment
+            self.cfg = self.cfg.model_copy(update=ProxyConfig.model_validate({**self.cfg.model_dump(), **req.json()})
+                                           .model_dump())
+            await resp.send_json(200, self.cfg.model_dump())
             return
         if req.path == "/proxy/reset":
             self.held_request_ns.clear()
