@@ -63,7 +63,7 @@ audit: $(needs)
 report: client
 	$(LB) report $(ARGS)
 
-bench-harness: client
+bench-harness: setup
 	$(LB) bench-harness $(ARGS)
 
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.

@@ -45,17 +45,14 @@ def deploy_and_measure(stack, profile: LoadProfile, writer: RunWriter, label: st
 
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.output import level_table, summary_markdown
-    from stacks.base import DeploySettings, get_stack
+    from stacks.base import get_stack
 
     profile = load_profile(args.profile)
     stack_cls = get_stack(args.stack)
     run_id = new_run_id(args.stack)
     writer = RunWriter(run_id, Path(args.results_dir),
                        meta={"command": "run", "stack": args.stack, "profile": profile.model_dump()})
-    options = parse_options(args.opt)
-    if args.port:
-        options["port"] = args.port
-    settings = DeploySettings(engine=profile.engine, url=args.url, log_dir=writer.dir / "logs", options=options)
+    settings = _settings(args, profile, writer.dir / "logs")
     console.print(f"run [bold]{run_id}[/] → {writer.dir}")
     summary = None
     status, reason = "failed", None
@@ -80,6 +77,129 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 130
     if status == "failed":
         raise LayerbenchError(f"{reason}\n(run marked failed: {writer.dir}/run.json)")
+    return 0
+
+
+def _settings(args: argparse.Namespace, profile: LoadProfile, log_dir: Path):
+    from stacks.base import DeploySettings
+
+    options = parse_options(getattr(args, "opt", None))
+    if getattr(args, "port", None):
+        options["port"] = args.port
+    return DeploySettings(engine=profile.engine, url=getattr(args, "url", None), log_dir=log_dir, options=options)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    import time
+
+    from harness.compare import run_compare
+    from harness.report import REPORTS_DIR, write_report
+    from stacks.base import get_stack
+
+    profile = load_profile(args.profile)
+    stack_cls = get_stack(args.stack)
+    repeats = args.repeats or profile.repeats
+    run_id = new_run_id(f"compare-{args.stack}")
+    writer = RunWriter(run_id, Path(args.results_dir), meta={"command": "compare", "stack": args.stack,
+                                                            "repeats": repeats, "profile": profile.model_dump()})
+    stack = stack_cls(_settings(args, profile, writer.dir / "logs"))
+    console.print(f"compare [bold]{run_id}[/]: {args.stack} vs its version-matched baseline → {writer.dir}")
+    t0 = time.monotonic()
+    summary, status, reason = None, "failed", None
+    try:
+        summary = run_compare(stack, profile, writer, console, repeats, args.allow_version_mismatch,
+                              lambda target, label: deploy_and_measure(target, profile, writer, label, repeats))
+        status = summary.status
+        reason = "; ".join(f"{k}: {v.splitlines()[0]}" for k, v in summary.failures.items()) or None
+    except KeyboardInterrupt:
+        status, reason = "interrupted", "interrupted by the user (Ctrl-C / SIGTERM); deployments torn down"
+    except LayerbenchError as e:
+        reason = str(e)
+    finally:
+        writer.finish(status, reason)
+    if summary is None:
+        if status == "interrupted":
+            err_console.print(f"[yellow]{reason}[/]; measured so far is kept in {writer.dir}")
+            return 130
+        raise LayerbenchError(f"{reason}\n(run marked {status}: {writer.dir}/run.json)")
+    summary.wall_s = time.monotonic() - t0
+    writer.write_json("compare.json", summary.model_dump())
+    report = write_report(summary, Path(args.reports_dir) / run_id if args.reports_dir else REPORTS_DIR / run_id)
+    console.print(report.read_text(), markup=False, highlight=False)
+    console.print(f"report: {report} (+ report.html, plots); results: {writer.dir} (status: {status})")
+    if status != "complete":
+        raise LayerbenchError(f"compare {status}: {reason}")
+    return 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    """Deploy baseline and stack briefly, send a few requests so request-driven families appear, scrape every
+    metric endpoint, and audit what survives; no throughput is measured."""
+    from harness.audit import audit_from_scrapes
+    from harness.report import tables
+    from stacks.base import get_stack
+
+    profile = load_profile(args.profile).model_copy(update={
+        "concurrency": [2], "requests": 6, "requests_per_concurrency": 0, "min_duration_s": 2.5,
+        "warmup_waves": 0, "repeats": 1})
+    stack_cls = get_stack(args.stack)
+    run_id = new_run_id(f"audit-{args.stack}")
+    writer = RunWriter(run_id, Path(args.results_dir), meta={"command": "audit", "stack": args.stack})
+    stack = stack_cls(_settings(args, profile, writer.dir / "logs"))
+    from harness.audit import live_facts
+
+    live = {}
+    status, reason = "failed", None
+    try:
+        baseline = stack.baseline() or stack
+        for label, target in (("baseline", baseline), ("stack", stack)):
+            with target:
+                deploy_and_measure(target, profile, writer, label, 1)
+                live[label] = live_facts(target)
+        status = "complete"
+    except KeyboardInterrupt:
+        status, reason = "interrupted", "interrupted by the user"
+    except LayerbenchError as e:
+        reason = str(e)
+    finally:
+        writer.finish(status, reason)
+    if status != "complete":
+        raise LayerbenchError(f"audit {status}: {reason}")
+    from harness.compare import CompareSummary
+    from harness.results import read_jsonl
+
+    result = audit_from_scrapes(read_jsonl(writer.dir / "scrapes.jsonl"), live, args.stack)
+    writer.write_json("audit.json", result.model_dump())
+    view = CompareSummary(run_id=run_id, stack=args.stack, baseline_stack=(stack.baseline() or stack).kind,
+                          in_request_path=stack.in_request_path, profile=profile.name, repeats=1, versions={},
+                          version_match=True, applied={}, settings_match=True, settings_mismatches=[], options={},
+                          audit=result)
+    from harness.output import markdown_table
+
+    md = [f"# Observability audit: {args.stack} — {run_id}", ""] + [f"- {n}" for n in result.notes] + [""]
+    for name, caption, header, rows in tables(view)[4:]:
+        md += [f"## {name}", "", *([caption, ""] if caption else []), markdown_table(header, rows), ""]
+    (writer.dir / "audit.md").write_text("\n".join(md))
+    console.print("\n".join(md), markup=False, highlight=False)
+    console.print(f"audit: {writer.dir}/audit.md")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from harness.output import markdown_table
+    from harness.report import SUMMARY_HEADER, write_all_stacks
+
+    path, rows = write_all_stacks(Path(args.results_dir), Path(args.out))
+    console.print(markdown_table(SUMMARY_HEADER, rows), markup=False, highlight=False)
+    console.print(f"written: {path} ({len(rows)} runs)")
+    return 0
+
+
+def cmd_bench_harness(args: argparse.Namespace) -> int:
+    from harness.bench.run import main as bench_main
+
+    path = bench_main(Path(args.out_dir), console)
+    console.print(f"written: {path}")
     return 0
 
 
@@ -117,6 +237,33 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--opt", action="append", metavar="KEY=VALUE", help="stack option (repeatable)")
     r.add_argument("--results-dir", default=str(RESULTS_DIR))
     r.set_defaults(func=cmd_run)
+
+    c = sub.add_parser("compare", help="a stack against its version-matched bare vLLM; writes a report")
+    c.add_argument("--stack", required=True)
+    c.add_argument("--profile", default="quick")
+    c.add_argument("--repeats", type=int, help="sweeps per deployment (default: the profile's)")
+    c.add_argument("--allow-version-mismatch", action="store_true")
+    c.add_argument("--opt", action="append", metavar="KEY=VALUE", help="stack option (repeatable)")
+    c.add_argument("--results-dir", default=str(RESULTS_DIR))
+    c.add_argument("--reports-dir", default=None, help="default: reports/")
+    c.set_defaults(func=cmd_compare)
+
+    a = sub.add_parser("audit", help="which vllm:* metrics survive behind the layer")
+    a.add_argument("--stack", required=True)
+    a.add_argument("--profile", default="quick", help="engine settings come from here")
+    a.add_argument("--url", help="server address for --stack endpoint")
+    a.add_argument("--opt", action="append", metavar="KEY=VALUE")
+    a.add_argument("--results-dir", default=str(RESULTS_DIR))
+    a.set_defaults(func=cmd_audit)
+
+    rp = sub.add_parser("report", help="all-stacks summary table from every run under results/")
+    rp.add_argument("--results-dir", default=str(RESULTS_DIR))
+    rp.add_argument("--out", default="reports/summary.md")
+    rp.set_defaults(func=cmd_report)
+
+    b = sub.add_parser("bench-harness", help="measure layerbench's own accuracy against the reference engine")
+    b.add_argument("--out-dir", default="reports/harness")
+    b.set_defaults(func=cmd_bench_harness)
     return p
 
 

@@ -42,7 +42,9 @@ def parse_metrics(text: str) -> tuple[dict[str, str], dict[str, float]]:
     families: dict[str, str] = {}
     samples: dict[str, float] = {}
     for fam in text_string_to_metric_families(text):
-        families[fam.name] = fam.type
+        # the parser drops a counter's _total; keep the exposed name (vllm:num_preemptions_total)
+        name = f"{fam.name}_total" if fam.type == "counter" and not fam.name.endswith("_total") else fam.name
+        families[name] = fam.type
         for s in fam.samples:
             if s.name.endswith(_SKIP_SUFFIXES):
                 continue

@@ -162,7 +162,9 @@ class SimProxyStack(SimStack):
         return {"api": f"{self.endpoint().base_url}/metrics", "engine": f"{self.engine.url}/metrics"}
 
     def engine_version(self) -> str:
-        try:
+        if self.proxy is None:  # not deployed: the engine it would run
+            return super().engine_version()
+        try:  # what the layer reports (it passes /version through)
             return httpx.get(f"{self.endpoint().base_url}/version", timeout=5).json()["version"]
         except (httpx.HTTPError, ValueError, KeyError):
             return super().engine_version()

@@ -1,0 +1,154 @@
+"""Observability audit: what a user can still see of the engine behind a layer.
+
+From the scrapes of both deployments: every metric endpoint's HTTP status, its metric families by prefix, and
+for each `vllm:*` family of the baseline whether the stack still exposes it (survives), exposes it under
+another name such as `ray_vllm_*` (survives renamed), or not at all (lost); the key families are flagged.
+From the live deployment: where the engine's own log went and which ports listen beyond loopback."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+import psutil
+from pydantic import BaseModel
+
+from stacks.base import Stack
+
+KEY_FAMILIES = {
+    "vllm:kv_cache_usage_perc": "KV cache usage",
+    "vllm:num_preemptions_total": "preemptions",
+    "vllm:num_requests_waiting": "waiting",
+    "vllm:num_requests_running": "running",
+    "vllm:prefix_cache_hits_total": "prefix-cache hits",
+    "vllm:prefix_cache_queries_total": "prefix-cache queries",
+    "vllm:time_to_first_token_seconds": "TTFT histogram",
+    "vllm:inter_token_latency_seconds": "ITL histogram",
+}
+LOOPBACK = ("127.", "::1", "localhost")
+
+
+class EndpointAudit(BaseModel):
+    label: str  # baseline | stack
+    name: str
+    url: str
+    status: str  # "200" or the gap reason seen most ("http 404", "connection: ConnectError", ...)
+    ok_scrapes: int
+    gaps: int
+    families: int
+    prefixes: dict[str, int]
+    vllm_families: int
+
+
+class FamilyAudit(BaseModel):
+    name: str
+    status: str  # survives | renamed | lost
+    found_as: str | None
+    key: str | None  # what a key family tells an operator
+
+
+class LiveFacts(BaseModel):
+    logs: dict[str, str]  # name -> path (exists or not)
+    logs_exist: dict[str, bool]
+    listening: list[str]  # "addr:port (process)"
+    non_loopback: list[str]
+
+
+class AuditResult(BaseModel):
+    stack: str
+    endpoints: list[EndpointAudit]
+    families: list[FamilyAudit]
+    counts: dict[str, int]
+    live: dict[str, LiveFacts]
+    notes: list[str]
+
+
+def prefix_of(name: str) -> str:
+    """`vllm:` / `ray_serve_` / `ray_vllm_` / `nv_` ...: the namespace a family belongs to."""
+    if ":" in name:
+        return name.split(":", 1)[0] + ":"
+    parts = name.split("_")
+    if len(parts) > 2 and (parts[0] == "ray" or parts[1] == "vllm"):  # ray_serve_, ray_vllm_, proxy_vllm_
+        return f"{parts[0]}_{parts[1]}_"
+    return parts[0] + "_"
+
+
+def _families(scrapes: list[dict]) -> set[str]:
+    return {f for s in scrapes if s["ok"] for f in s["families"] if not f.endswith("_created")}
+
+
+def _renamed(family: str, stack_families: set[str]) -> str | None:
+    """A stack family carrying the same engine metric under another namespace (ray_vllm_x, proxy_vllm_x...)."""
+    base = family.split(":", 1)[1]
+    pattern = re.compile(rf"(^|[_:])vllm[_:]{re.escape(base)}$")
+    candidates = sorted(f for f in stack_families if f != family and pattern.search(f))
+    return candidates[0] if candidates else None
+
+
+def audit_from_scrapes(scrapes: list[dict], live: dict[str, LiveFacts], stack: str) -> AuditResult:
+    endpoints = []
+    by_label: dict[str, list[dict]] = {}
+    for s in scrapes:
+        by_label.setdefault(s.get("label", "stack"), []).append(s)
+    for label in ("baseline", "stack"):
+        per_ep: dict[str, list[dict]] = {}
+        for s in by_label.get(label, []):
+            per_ep.setdefault(s["endpoint"], []).append(s)
+        for name, ss in per_ep.items():
+            fams = _families(ss)
+            ok = [s for s in ss if s["ok"]]
+            reasons = Counter(s["reason"] for s in ss if not s["ok"])
+            endpoints.append(EndpointAudit(
+                label=label, name=name, url=ss[0]["url"], status="200" if ok else reasons.most_common(1)[0][0],
+                ok_scrapes=len(ok), gaps=len(ss) - len(ok), families=len(fams),
+                prefixes=dict(Counter(prefix_of(f) for f in fams).most_common()),
+                vllm_families=sum(f.startswith("vllm:") for f in fams),
+            ))
+    base_vllm = sorted(f for f in _families(by_label.get("baseline", [])) if f.startswith("vllm:"))
+    stack_fams = _families(by_label.get("stack", []))
+    families = []
+    for f in base_vllm:
+        if f in stack_fams:
+            families.append(FamilyAudit(name=f, status="survives", found_as=f, key=KEY_FAMILIES.get(f)))
+        elif (alias := _renamed(f, stack_fams)) is not None:
+            families.append(FamilyAudit(name=f, status="renamed", found_as=alias, key=KEY_FAMILIES.get(f)))
+        else:
+            families.append(FamilyAudit(name=f, status="lost", found_as=None, key=KEY_FAMILIES.get(f)))
+    counts = dict(Counter(fa.status for fa in families))
+    notes = []
+    if not base_vllm:
+        notes.append("the baseline exposed no vllm:* family: nothing to compare against")
+    lost_keys = [fa.key for fa in families if fa.key and fa.status == "lost"]
+    if lost_keys:
+        notes.append("lost behind the layer: " + ", ".join(lost_keys)
+                     + " (no engine-level view of these while serving through it)")
+    for lbl, facts in live.items():
+        if facts.non_loopback:
+            notes.append(f"{lbl}: listening beyond loopback: {', '.join(facts.non_loopback)}")
+    return AuditResult(stack=stack, endpoints=endpoints, families=families, counts=counts, live=live, notes=notes)
+
+
+def live_facts(stack: Stack) -> LiveFacts:
+    """Read from the running deployment: its engine log location and its listening sockets."""
+    logs = {k: str(v) for k, v in stack.log_locations().items()}
+    pids = {p.pid: label for label, procs in stack.processes().items() for p in procs}
+    listening = []
+    non_loopback = []
+    try:
+        conns = psutil.net_connections(kind="inet")
+    except psutil.AccessDenied:
+        conns = []
+    for c in conns:
+        if c.status != psutil.CONN_LISTEN or c.pid not in pids:
+            continue
+        try:
+            pname = psutil.Process(c.pid).name()
+        except psutil.NoSuchProcess:
+            pname = "?"
+        desc = f"{c.laddr.ip}:{c.laddr.port} ({pids[c.pid]}/{pname})"
+        listening.append(desc)
+        if not c.laddr.ip.startswith(LOOPBACK):
+            non_loopback.append(desc)
+    return LiveFacts(logs=logs, logs_exist={k: Path(v).exists() for k, v in logs.items()},
+                     listening=sorted(set(listening)), non_loopback=sorted(set(non_loopback)))

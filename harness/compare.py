@@ -1,0 +1,182 @@
+"""A layer against its version-matched bare vLLM: baseline first, then the stack, one at a time (one
+accelerator is assumed: the first is torn down and verified freed before the second starts), the same
+profile with fresh unique prefixes, N repeats each. Per level: throughput delta against the run-to-run
+spread, TTFT p95, goodput, and where the CPU went, process by process."""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import BaseModel
+from rich.console import Console
+
+from harness.audit import AuditResult, LiveFacts, audit_from_scrapes, live_facts
+from harness.errors import LayerbenchError
+from harness.profile import LoadProfile
+from harness.results import RunWriter, read_jsonl
+from harness.sweep import LevelSummary, RunSummary
+from stacks.base import AppliedConfig, Stack
+
+
+class LevelDelta(BaseModel):
+    concurrency: int
+    baseline_tok_s: float | None
+    stack_tok_s: float | None
+    delta_pct: float | None
+    noise_pct: float | None  # run-to-run spread ((max - min) / mean) of the noisier deployment; None: 1 repeat
+    verdict: str  # "overhead" | "gain" | "within noise" | "no noise band (1 repeat)" | "missing"
+    baseline_ttft_p95_ms: float | None
+    stack_ttft_p95_ms: float | None
+    baseline_goodput: float | None
+    stack_goodput: float | None
+    baseline_good_rps: float | None
+    stack_good_rps: float | None
+    baseline_cpu_cores: dict[str, float]  # process label -> cores during the level
+    stack_cpu_cores: dict[str, float]
+    baseline_client_cores: float | None
+    stack_client_cores: float | None
+
+
+class CompareSummary(BaseModel):
+    run_id: str
+    stack: str
+    baseline_stack: str
+    in_request_path: bool
+    profile: str
+    repeats: int
+    versions: dict[str, str]
+    version_match: bool
+    applied: dict[str, AppliedConfig]
+    settings_match: bool
+    settings_mismatches: list[str]
+    options: dict
+    status: str = "running"
+    failures: dict[str, str] = {}
+    levels: list[LevelDelta] = []
+    audit: AuditResult | None = None
+    wall_s: float | None = None
+    runs: dict[str, RunSummary] = {}
+
+
+def spread_pct(values: list[float]) -> float | None:
+    if len(values) < 2 or not np.mean(values):
+        return None
+    return 100.0 * (max(values) - min(values)) / float(np.mean(values))
+
+
+def _cores(levels: list[LevelSummary]) -> tuple[dict[str, float], float | None]:
+    """Mean cores per process label over the repeats of one level (CPU seconds / window)."""
+    acc: dict[str, list[float]] = {}
+    for lv in levels:
+        for label, cpu_s in lv.process_cpu_s.items():
+            acc.setdefault(label, []).append(cpu_s / lv.window_s if lv.window_s else 0.0)
+    client = [lv.client.cpu_pct / 100 for lv in levels]
+    return {k: float(np.mean(v)) for k, v in sorted(acc.items())}, (float(np.mean(client)) if client else None)
+
+
+def level_deltas(base: RunSummary | None, stack: RunSummary | None, concurrency: list[int]) -> list[LevelDelta]:
+    out = []
+    for c in concurrency:
+        b = [lv for lv in (base.levels if base else []) if lv.stats.concurrency == c]
+        s = [lv for lv in (stack.levels if stack else []) if lv.stats.concurrency == c]
+        b_tok = [lv.stats.throughput_tok_s for lv in b]
+        s_tok = [lv.stats.throughput_tok_s for lv in s]
+        bt = float(np.mean(b_tok)) if b_tok else None
+        st = float(np.mean(s_tok)) if s_tok else None
+        delta = 100.0 * (st - bt) / bt if bt and st is not None else None
+        spreads = [x for x in (spread_pct(b_tok), spread_pct(s_tok)) if x is not None]
+        noise = max(spreads) if spreads else None
+        if delta is None:
+            verdict = "missing"
+        elif noise is None:
+            verdict = "no noise band (1 repeat)"
+        elif abs(delta) <= noise:
+            verdict = "within noise"
+        else:
+            verdict = "overhead" if delta < 0 else "gain"
+
+        def mean(levels: list[LevelSummary], f) -> float | None:
+            vals = [f(lv) for lv in levels if f(lv) is not None]
+            return float(np.mean(vals)) if vals else None
+
+        b_cores, b_client = _cores(b)
+        s_cores, s_client = _cores(s)
+        out.append(LevelDelta(
+            concurrency=c, baseline_tok_s=bt, stack_tok_s=st, delta_pct=delta, noise_pct=noise, verdict=verdict,
+            baseline_ttft_p95_ms=mean(b, lambda lv: lv.stats.ttft_ms.p95),
+            stack_ttft_p95_ms=mean(s, lambda lv: lv.stats.ttft_ms.p95),
+            baseline_goodput=mean(b, lambda lv: lv.stats.goodput), stack_goodput=mean(s, lambda lv: lv.stats.goodput),
+            baseline_good_rps=mean(b, lambda lv: lv.stats.good_rps),
+            stack_good_rps=mean(s, lambda lv: lv.stats.good_rps),
+            baseline_cpu_cores=b_cores, stack_cpu_cores=s_cores,
+            baseline_client_cores=b_client, stack_client_cores=s_client,
+        ))
+    return out
+
+
+def settings_diff(a: AppliedConfig, b: AppliedConfig) -> list[str]:
+    """Engine settings both deployments must have applied identically (from /v1/models and the engine log)."""
+    diffs = []
+    for field in ("max_model_len", "kv_cache_tokens", "max_concurrency"):
+        va, vb = getattr(a, field), getattr(b, field)
+        if va is None or vb is None:
+            diffs.append(f"{field}: not found ({'baseline' if va is None else 'stack'})")
+        elif va != vb:
+            diffs.append(f"{field}: baseline {va} vs stack {vb}")
+    return diffs
+
+
+def check_versions(baseline: Stack, stack: Stack, allow_mismatch: bool) -> dict[str, str]:
+    versions = {"baseline": baseline.engine_version(), "stack": stack.engine_version()}
+    if versions["baseline"] != versions["stack"] and not allow_mismatch:
+        raise LayerbenchError(
+            f"engine versions differ: baseline vLLM {versions['baseline']} vs {stack.kind} vLLM {versions['stack']}. "
+            "A layer's cost would be mixed with the engine's; pass --allow-version-mismatch to compare anyway"
+        )
+    return versions
+
+
+def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: Console, repeats: int,
+                allow_mismatch: bool, measure_fn) -> CompareSummary:
+    """measure_fn(stack, label) deploys, waits, sweeps and returns a RunSummary (cli.deploy_and_measure)."""
+    baseline = stack.baseline()
+    if baseline is None:
+        raise LayerbenchError(f"stack {stack.kind} names no baseline")
+    versions = check_versions(baseline, stack, allow_mismatch)
+    summary = CompareSummary(
+        run_id=writer.run_id, stack=stack.kind, baseline_stack=baseline.kind, in_request_path=stack.in_request_path,
+        profile=profile.name, repeats=repeats, versions=versions,
+        version_match=versions["baseline"] == versions["stack"],
+        applied={}, settings_match=False, settings_mismatches=[], options=dict(stack.settings.options),
+    )
+    live: dict[str, LiveFacts] = {}
+    for label, target in (("baseline", baseline), ("stack", stack)):
+        try:
+            with target:
+                run = measure_fn(target, label)
+                summary.runs[label] = run
+                summary.applied[label] = run.applied
+                summary.versions[label] = run.engine_version  # the live answer beats the declared one
+                live[label] = live_facts(target)
+        except LayerbenchError as e:
+            summary.failures[label] = str(e)
+            if label == "baseline":
+                summary.status = "failed"
+                raise LayerbenchError(f"baseline {baseline.kind} failed: {e}") from None
+            console.print(f"[red]{label} {target.kind} failed:[/] {e}")
+        finally:
+            partial = writer.dir / f"summary-{label}.json"
+            if label not in summary.runs and partial.exists():  # died mid-run: keep what was measured
+                summary.runs[label] = RunSummary.model_validate_json(partial.read_text())
+        writer.write_json("compare.json", summary.model_dump())
+    summary.version_match = summary.versions["baseline"] == summary.versions["stack"]
+    if not summary.version_match and not allow_mismatch:
+        summary.failures["versions"] = f"live versions differ: {summary.versions}"
+    if "baseline" in summary.applied and "stack" in summary.applied:
+        summary.settings_mismatches = settings_diff(summary.applied["baseline"], summary.applied["stack"])
+        summary.settings_match = not summary.settings_mismatches
+    summary.levels = level_deltas(summary.runs.get("baseline"), summary.runs.get("stack"), profile.concurrency)
+    scrapes = read_jsonl(writer.dir / "scrapes.jsonl")
+    summary.audit = audit_from_scrapes(scrapes, live, stack.kind)
+    summary.status = "failed" if summary.failures else "complete"
+    writer.write_json("compare.json", summary.model_dump())
+    return summary

@@ -1,0 +1,217 @@
+"""Reports, presentation only: reports/<run-id>/report.md + report.html + PNG plots from a compare's summary,
+and `make report`'s all-stacks table from every run under results/. Tables follow the seed study's shape."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+from harness.compare import CompareSummary
+from harness.output import markdown_table
+
+REPORTS_DIR = Path("reports")
+CPU_HOST_NOTE = (
+    "On a CPU host the engine uses every core, so a layer's processes take their CPU from the engine and the "
+    "measured cost is inflated; on a GPU host the engine's work runs on the accelerator and the layer does not "
+    "compete with it for these cores. Read the CPU breakdown before generalising a CPU-host delta."
+)
+
+
+def _f(v: float | None, fmt: str = "{:.1f}") -> str:
+    return "—" if v is None else fmt.format(v)
+
+
+def _pct(v: float | None) -> str:
+    return "—" if v is None else f"{100 * v:.0f}%"
+
+
+def tables(s: CompareSummary) -> list[tuple[str, str, list[str], list[list[str]]]]:
+    """(title, caption, header, rows) for every table of the report; md and html render the same data."""
+    b, st = s.baseline_stack, s.stack
+    out = []
+    out.append(("Versions and engine settings", "Both deployments must run the same engine with the same settings; "
+                "the values below are what each one reported applying (/v1/models, startup log).",
+                ["", f"baseline ({b})", f"stack ({st})"],
+                [["vLLM version", s.versions.get("baseline", "—"), s.versions.get("stack", "—")]]
+                + [[field, str(getattr(s.applied.get("baseline"), field, "—")),
+                    str(getattr(s.applied.get("stack"), field, "—"))]
+                   for field in ("max_model_len", "kv_cache_tokens", "max_concurrency", "max_concurrency_at_tokens")]))
+    out.append(("Throughput (output tok/s)", f"Mean of {s.repeats} repeat(s). A delta is called an overhead only "
+                "when it exceeds the run-to-run spread (noise band) of the noisier deployment.",
+                ["c", f"{b}", f"{st}", "delta", "noise band", "verdict"],
+                [[str(lv.concurrency), _f(lv.baseline_tok_s), _f(lv.stack_tok_s), _f(lv.delta_pct, "{:+.1f}%"),
+                  _f(lv.noise_pct, "±{:.1f}%"), lv.verdict] for lv in s.levels]))
+    out.append(("Latency and goodput", "Goodput: share of all sent requests (failures count) within the SLO.",
+                ["c", f"{b} TTFT p95 ms", f"{b} goodput", f"{b} good req/s", f"{st} TTFT p95 ms", f"{st} goodput",
+                 f"{st} good req/s"],
+                [[str(lv.concurrency), _f(lv.baseline_ttft_p95_ms), _pct(lv.baseline_goodput),
+                  _f(lv.baseline_good_rps, "{:.2f}"), _f(lv.stack_ttft_p95_ms), _pct(lv.stack_goodput),
+                  _f(lv.stack_good_rps, "{:.2f}")] for lv in s.levels]))
+    labels = sorted({k for lv in s.levels for k in (*lv.baseline_cpu_cores, *lv.stack_cpu_cores)})
+    rows = []
+    for lv in s.levels:
+        for side, cores, client in (("baseline", lv.baseline_cpu_cores, lv.baseline_client_cores),
+                                    ("stack", lv.stack_cpu_cores, lv.stack_client_cores)):
+            rows.append([str(lv.concurrency), side, *[_f(cores.get(k), "{:.2f}") for k in labels],
+                         _f(sum(cores.values()) if cores else None, "{:.2f}"), _f(client, "{:.2f}")])
+    out.append(("Where the CPU went (cores)", CPU_HOST_NOTE, ["c", "deployment", *labels, "deployment total",
+                                                               "load client"], rows))
+    if s.audit:
+        a = s.audit
+        out.append(("Observability: metric endpoints", "", ["deployment", "endpoint", "url", "HTTP", "families",
+                                                            "vllm:*", "prefixes"],
+                    [[e.label, e.name, e.url, e.status, str(e.families), str(e.vllm_families),
+                      ", ".join(f"{k} {v}" for k, v in list(e.prefixes.items())[:6])] for e in a.endpoints]))
+        out.append(("Observability: baseline vllm:* families behind the layer",
+                    "counts: " + ", ".join(f"{k} {v}" for k, v in sorted(a.counts.items())),
+                    ["family", "status", "found as", "key family"],
+                    [[fa.name, fa.status, fa.found_as or "—", fa.key or ""] for fa in a.families]))
+        out.append(("Observability: logs and listening ports", "", ["deployment", "engine log", "listening",
+                                                                    "beyond loopback"],
+                    [[lbl, "; ".join(f"{k}: {v}" + ("" if f.logs_exist.get(k) else " (missing)")
+                                     for k, v in f.logs.items()) or "—",
+                      ", ".join(f.listening) or "—", ", ".join(f.non_loopback) or "none"]
+                     for lbl, f in a.live.items()]))
+    return out
+
+
+def plots(s: CompareSummary, out: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cs = [lv.concurrency for lv in s.levels]
+    made = []
+
+    def save(name: str, fig) -> None:
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        made.append(name)
+
+    for name, title, ylabel, bf, sf in (
+        ("throughput.png", "Output throughput", "tok/s", lambda lv: lv.baseline_tok_s, lambda lv: lv.stack_tok_s),
+        ("ttft_p95.png", "TTFT p95", "ms", lambda lv: lv.baseline_ttft_p95_ms, lambda lv: lv.stack_ttft_p95_ms),
+        ("goodput.png", "Goodput", "share of sent requests", lambda lv: lv.baseline_goodput,
+         lambda lv: lv.stack_goodput),
+    ):
+        fig, ax = plt.subplots(figsize=(6, 3.6))
+        for label, f, style in ((s.baseline_stack, bf, "o-"), (s.stack, sf, "s-")):
+            pts = [(c, f(lv)) for c, lv in zip(cs, s.levels, strict=True) if f(lv) is not None]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), style, label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(cs, [str(c) for c in cs])
+        ax.set(title=title, xlabel="concurrency", ylabel=ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend()
+        save(name, fig)
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    pts = [(lv.concurrency, lv.delta_pct, lv.noise_pct or 0.0) for lv in s.levels if lv.delta_pct is not None]
+    if pts:
+        c, d, n = zip(*pts, strict=True)
+        ax.fill_between(c, [-x for x in n], n, alpha=0.25, label="noise band (run-to-run spread)")
+        ax.plot(c, d, "o-", label=f"{s.stack} vs {s.baseline_stack}")
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(cs, [str(x) for x in cs])
+    ax.set(title="Throughput delta", xlabel="concurrency", ylabel="%")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    save("delta.png", fig)
+    return made
+
+
+def _headline(s: CompareSummary) -> list[str]:
+    top = s.levels[-1] if s.levels else None
+    lines = [f"- stack **{s.stack}** (in the request path: {'yes' if s.in_request_path else 'no'}) vs baseline "
+             f"**{s.baseline_stack}**; vLLM {s.versions.get('baseline')} / {s.versions.get('stack')} "
+             f"({'same version' if s.version_match else 'VERSIONS DIFFER'}); profile `{s.profile}`, "
+             f"{s.repeats} repeat(s); status **{s.status}**" + (f"; wall time {s.wall_s:.0f} s" if s.wall_s else "")]
+    if s.options:
+        lines.append("- stack options: " + ", ".join(f"{k}={v}" for k, v in s.options.items()))
+    if top and top.delta_pct is not None:
+        lines.append(f"- at c={top.concurrency}: {s.stack} {top.stack_tok_s:.0f} tok/s vs {top.baseline_tok_s:.0f} "
+                     f"({top.delta_pct:+.1f}%, {top.verdict}); goodput {_pct(top.stack_goodput)} vs "
+                     f"{_pct(top.baseline_goodput)}; TTFT p95 {_f(top.stack_ttft_p95_ms)} vs "
+                     f"{_f(top.baseline_ttft_p95_ms)} ms")
+    lines.append("- engine settings applied identically: " + ("yes" if s.settings_match else
+                                                              "NO — " + "; ".join(s.settings_mismatches)))
+    for label, why in s.failures.items():
+        lines.append(f"- **{label} failed**: {why.splitlines()[0]} (what was measured before is kept)")
+    for label, run in s.runs.items():
+        if run.client_bottleneck_levels:
+            lines.append(f"- **warning**: the load client was the bottleneck during {label} at "
+                         f"c={run.client_bottleneck_levels}")
+    if s.audit:
+        lines += [f"- observability: {note}" for note in s.audit.notes]
+    return lines
+
+
+def write_report(s: CompareSummary, out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    images = plots(s, out_dir)
+    title = f"layerbench: {s.stack} vs {s.baseline_stack} — {s.run_id}"
+    md = [f"# {title}", "", *_headline(s), ""]
+    for name, caption, header, rows in tables(s):
+        md += [f"## {name}", "", *([caption, ""] if caption else []), markdown_table(header, rows), ""]
+    md += ["## Plots", "", *[f"![{i}]({i})" for i in images], ""]
+    (out_dir / "report.md").write_text("\n".join(md))
+    h = [f"<!doctype html><meta charset='utf-8'><title>{html.escape(title)}</title>",
+         "<style>body{font:14px system-ui,sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;"
+         "margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}"
+         "td:first-child{text-align:left}img{max-width:48%;margin:4px}</style>",
+         f"<h1>{html.escape(title)}</h1><ul>"]
+    h += [f"<li>{html.escape(x[2:]).replace('**', '')}</li>" for x in _headline(s)]
+    h.append("</ul>")
+    for name, caption, header, rows in tables(s):
+        h.append(f"<h2>{html.escape(name)}</h2>" + (f"<p>{html.escape(caption)}</p>" if caption else ""))
+        h.append("<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in header) + "</tr>")
+        h += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows]
+        h.append("</table>")
+    h += ["<h2>Plots</h2>", *[f"<img src='{i}' alt='{i}'>" for i in images]]
+    (out_dir / "report.html").write_text("\n".join(h))
+    (out_dir / "summary.json").write_text(json.dumps(s.model_dump(exclude={"runs"}), indent=2, default=str))
+    return out_dir / "report.md"
+
+
+SUMMARY_HEADER = ["stack", "in request path?", "engine version", "delta at highest level", "goodput", "TTFT p95 ms",
+                  "vllm:* families visible", "run", "status"]
+
+
+def all_stacks_rows(results: Path) -> list[list[str]]:
+    """One row per run under results/: compares with their delta, single runs with their own figures."""
+    rows = []
+    for run_dir in sorted(p for p in results.glob("*") if p.is_dir()):
+        cmp_path, sum_path = run_dir / "compare.json", run_dir / "summary.json"
+        if cmp_path.exists():
+            s = CompareSummary.model_validate_json(cmp_path.read_text())
+            top = next((lv for lv in reversed(s.levels) if lv.delta_pct is not None), None)
+            vis = "—"
+            if s.audit and s.audit.families:
+                kept = sum(fa.status != "lost" for fa in s.audit.families)
+                renamed = s.audit.counts.get("renamed", 0)
+                vis = f"{kept}/{len(s.audit.families)}" + (f" ({renamed} renamed)" if renamed else "")
+            rows.append([s.stack, "yes" if s.in_request_path else "no",
+                         s.versions.get("stack", "—") + ("" if s.version_match else " (≠ baseline)"),
+                         f"{top.delta_pct:+.1f}% at c={top.concurrency} ({top.verdict})" if top else "—",
+                         _pct(top.stack_goodput) if top else "—", _f(top.stack_ttft_p95_ms) if top else "—", vis,
+                         run_dir.name, s.status])
+        elif sum_path.exists():
+            d = json.loads(sum_path.read_text())
+            meta_path = run_dir / "run.json"
+            status = json.loads(meta_path.read_text()).get("status", "?") if meta_path.exists() else "?"
+            last = d["levels"][-1]["stats"] if d.get("levels") else None
+            rows.append([d["stack"], "—", d.get("engine_version", "—"), "— (single run)",
+                         _pct(last["goodput"]) if last else "—", _f(last["ttft_ms"]["p95"]) if last else "—", "—",
+                         run_dir.name, status])
+    return rows
+
+
+def write_all_stacks(results: Path, out: Path) -> tuple[Path, list[list[str]]]:
+    rows = all_stacks_rows(results)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("# layerbench: all stacks\n\n" + markdown_table(SUMMARY_HEADER, rows) + "\n")
+    return out, rows

@@ -1,0 +1,104 @@
+"""The whole compare -> audit -> report path against the reference engine and the known-overhead proxy:
+seconds instead of minutes, and the truth is known (the proxy's delay, which families it hides or renames)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.compare import CompareSummary
+
+
+def compare(tmp_path: Path, write_profile, *opts: str, repeats: int = 2, extra: tuple[str, ...] = ()) -> tuple:
+    profile = write_profile(concurrency=[1, 4], requests=12, requests_per_concurrency=0, min_duration_s=2.2,
+                            output_tokens=8, input_tokens=32, scrape_interval_s=0.5)
+    args = ["compare", "--stack", "sim-proxy", "--profile", str(profile), "--repeats", str(repeats),
+            "--results-dir", str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports"), *extra]
+    for o in ("ttft_ms=20", "itl_ms=5", *opts):
+        args += ["--opt", o]
+    rc = main(args)
+    runs = list((tmp_path / "results").iterdir())
+    assert len(runs) == 1
+    s = CompareSummary.model_validate_json((runs[0] / "compare.json").read_text())
+    return rc, s, tmp_path / "reports" / runs[0].name
+
+
+def test_compare_reports_known_overhead_and_renamed_metrics(tmp_path, write_profile):
+    rc, s, report = compare(tmp_path, write_profile, "request_delay_ms=40", "metrics=rename")
+    assert rc == 0 and s.status == "complete"
+    assert s.versions == {"baseline": "sim-0.32.0", "stack": "sim-0.32.0"} and s.version_match
+    assert s.settings_match, s.settings_mismatches
+    assert [lv.concurrency for lv in s.levels] == [1, 4]
+    for lv in s.levels:
+        # 40 ms on top of 20 + 7 x 5 = 55 ms requests: far outside any noise band
+        assert lv.delta_pct < -20 and lv.verdict == "overhead", lv
+        assert lv.stack_ttft_p95_ms - lv.baseline_ttft_p95_ms == pytest.approx(40, abs=15)
+        assert any(k.startswith("proxy:") for k in lv.stack_cpu_cores)  # the layer's own process is shown
+        assert not any(k.startswith("proxy:") for k in lv.baseline_cpu_cores)
+    fams = {fa.name: fa for fa in s.audit.families}
+    assert len(fams) == 39
+    # the user-facing port renames every family; the engine port behind it still has them by name
+    assert fams["vllm:kv_cache_usage_perc"].status == "survives"
+    api = next(e for e in s.audit.endpoints if e.label == "stack" and e.name == "api")
+    assert api.vllm_families == 0 and api.prefixes.get("proxy_vllm_", 0) >= 39
+    for f in ("report.md", "report.html", "summary.json", "throughput.png", "delta.png", "ttft_p95.png",
+              "goodput.png"):
+        assert (report / f).stat().st_size > 0, f
+    md = (report / "report.md").read_text()
+    assert "| 4 |" in md and "overhead" in md and "Where the CPU went" in md and "sim-0.32.0" in md
+
+
+def test_audit_marks_renamed_and_lost(tmp_path, write_profile):
+    # the engine port is scraped too, so point the audit at the layer's port only
+    from harness.audit import audit_from_scrapes
+    from harness.results import read_jsonl
+
+    rc, s, _ = compare(tmp_path, write_profile, "metrics=rename", repeats=1)
+    scrapes = [x for x in read_jsonl(next((tmp_path / "results").iterdir()) / "scrapes.jsonl")
+               if not (x["label"] == "stack" and x["endpoint"] == "engine")]
+    a = audit_from_scrapes(scrapes, {}, "sim-proxy")
+    assert a.counts == {"renamed": 39}
+    by = {fa.name: fa for fa in a.families}
+    assert by["vllm:num_preemptions_total"].found_as == "proxy_vllm_num_preemptions_total"
+    assert by["vllm:num_preemptions_total"].key == "preemptions"
+
+
+def test_hidden_metrics_are_lost_on_the_layer_port(tmp_path, write_profile):
+    from harness.audit import audit_from_scrapes
+    from harness.results import read_jsonl
+
+    rc, s, _ = compare(tmp_path, write_profile, "metrics=hide", repeats=1)
+    api = next(e for e in s.audit.endpoints if e.label == "stack" and e.name == "api")
+    assert api.status == "http 404" and api.families == 0
+    scrapes = [x for x in read_jsonl(next((tmp_path / "results").iterdir()) / "scrapes.jsonl")
+               if not (x["label"] == "stack" and x["endpoint"] == "engine")]
+    a = audit_from_scrapes(scrapes, {}, "sim-proxy")
+    assert a.counts == {"lost": 39} and any("lost behind the layer" in n for n in a.notes)
+
+
+def test_one_repeat_has_no_noise_band(tmp_path, write_profile):
+    rc, s, _ = compare(tmp_path, write_profile, repeats=1)
+    assert all(lv.noise_pct is None and lv.verdict == "no noise band (1 repeat)" for lv in s.levels)
+
+
+def test_version_mismatch_is_refused(tmp_path, write_profile, monkeypatch, capsys):
+    from stacks.sim import SimProxyStack
+
+    monkeypatch.setattr(SimProxyStack, "engine_version", lambda self: "sim-9.9.9")
+    profile = write_profile(concurrency=[1], requests=4)
+    rc = main(["compare", "--stack", "sim-proxy", "--profile", str(profile), "--results-dir", str(tmp_path)])
+    assert rc == 2
+    assert "engine versions differ" in capsys.readouterr().err
+    run = next(tmp_path.iterdir())
+    assert json.loads((run / "run.json").read_text())["status"] == "failed"
+
+
+def test_all_stacks_report(tmp_path, write_profile, capsys):
+    compare(tmp_path, write_profile, "request_delay_ms=40", repeats=1)
+    out = tmp_path / "summary.md"
+    assert main(["report", "--results-dir", str(tmp_path / "results"), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| sim-proxy | yes | sim-0.32.0 |" in text and "at c=4" in text and "39/39" in text
