@@ -24,7 +24,9 @@ LB := $(VENV)/bin/layerbench
 ENGINE_STACKS := vllm ray
 needs = $(if $(filter $(STACK),$(ENGINE_STACKS)),setup $(if $(filter ray,$(STACK)),$(STAMPS)/ray),client)
 
-.PHONY: setup client run compare audit report test test-fast lint bench-harness clean help
+setup-ray: setup $(STAMPS)/ray
+
+.PHONY: setup setup-ray client run compare audit report test test-fast lint bench-harness clean help
 help:
 	@sed -n '2,8p' Makefile
 
@@ -43,8 +45,8 @@ $(STAMPS)/engine: scripts/setup_engine.sh
 	bash scripts/setup_engine.sh $(ENGINE_VENV) $(VLLM_VERSION)
 	@touch $@
 
-$(STAMPS)/ray: $(STAMPS)/engine
-	$(ENGINE_VENV)/bin/pip install -q 'ray[serve]==$(RAY_VERSION)'
+$(STAMPS)/ray: $(STAMPS)/engine scripts/setup_ray.sh
+	bash scripts/setup_ray.sh $(ENGINE_VENV) $(RAY_VERSION)
 	@touch $@
 
 $(STAMPS)/model: scripts/make_model.py $(STAMPS)/engine
@@ -67,7 +69,7 @@ bench-harness: setup
 	$(LB) bench-harness $(ARGS)
 
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
-test: setup
+test: setup $(STAMPS)/ray
 	$(VENV)/bin/ruff check harness stacks tests scripts
 	$(VENV)/bin/pytest -v tests
 

@@ -98,7 +98,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     profile = load_profile(args.profile)
     stack_cls = get_stack(args.stack)
-    repeats = args.repeats or profile.repeats
+    repeats = args.repeats or max(profile.repeats, 2)  # a noise band needs at least two sweeps
     run_id = new_run_id(f"compare-{args.stack}")
     writer = RunWriter(run_id, Path(args.results_dir), meta={"command": "compare", "stack": args.stack,
                                                             "repeats": repeats, "profile": profile.model_dump()})
@@ -241,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compare", help="a stack against its version-matched bare vLLM; writes a report")
     c.add_argument("--stack", required=True)
     c.add_argument("--profile", default="quick")
-    c.add_argument("--repeats", type=int, help="sweeps per deployment (default: the profile's)")
+    c.add_argument("--repeats", type=int, help="sweeps per deployment (default: the profile's, at least 2)")
     c.add_argument("--allow-version-mismatch", action="store_true")
     c.add_argument("--opt", action="append", metavar="KEY=VALUE", help="stack option (repeatable)")
     c.add_argument("--results-dir", default=str(RESULTS_DIR))

@@ -95,7 +95,7 @@ async def run_level(client: StreamClient, gen: PromptGenerator, concurrency: int
                     *, repeat: int = 0, warmup_waves: int = 1, min_duration_s: float = 0.0,
                     on_record: Callable[[RequestRecord], None] = lambda r: None,
                     on_progress: Callable[[RequestRecord], None] = lambda r: None,
-                    process_cpu: Callable[[], dict[str, float]] | None = None,
+                    process_cpu: Callable[[], dict[int, tuple[str, float]]] | None = None,
                     on_measure_start: Callable[[], None] | None = None) -> LevelRun:
     conns = [client.connection() for _ in range(concurrency)]
     try:
@@ -130,7 +130,9 @@ async def run_level(client: StreamClient, gen: PromptGenerator, concurrency: int
     lag_d = Dist.of(lag)
     disp_d = Dist.of([r.dispatch_delay_ms for r in records])
     bottleneck, reasons = judge_client(cpu_pct, lag_d, disp_d)
-    dep_cpu = {k: max(0.0, dep1.get(k, 0.0) - dep0.get(k, 0.0)) for k in dep1}
+    dep_cpu: dict[str, float] = {}  # per label: processes started during the level count from zero
+    for pid, (label, cpu) in dep1.items():
+        dep_cpu[label] = dep_cpu.get(label, 0.0) + max(0.0, cpu - dep0.get(pid, (label, 0.0))[1])
     return LevelRun(
         concurrency=concurrency, repeat=repeat, records=[r.to_json() for r in records],
         client=ClientHealth(cpu_pct=cpu_pct, loop_lag_ms=lag_d, dispatch_delay_ms=disp_d, bottleneck=bottleneck,

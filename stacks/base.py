@@ -117,9 +117,13 @@ class Stack(ABC):
         cfg = AppliedConfig()
         ep = self.endpoint()
         try:
-            models = httpx.get(f"{ep.base_url}/v1/models", timeout=10).json()
-            cfg.max_model_len = models["data"][0].get("max_model_len")
-        except (httpx.HTTPError, ValueError, KeyError, IndexError):
+            card = httpx.get(f"{ep.base_url}/v1/models", timeout=10).json()["data"][0]
+            cfg.max_model_len = card.get("max_model_len")
+            # Ray Serve LLM: {"rayllm_metadata" | "metadata": {"max_request_context_length": ...}}
+            for key, value in card.items():
+                if cfg.max_model_len is None and "metadata" in key and isinstance(value, dict):
+                    cfg.max_model_len = value.get("max_request_context_length")
+        except (httpx.HTTPError, ValueError, KeyError, IndexError, AttributeError):
             pass
         for path in self.log_locations().values():
             if path.exists():
@@ -133,16 +137,16 @@ class Stack(ABC):
         """Processes of this deployment by role label, for 'where the CPU went'."""
         return {}
 
-    def process_cpu(self) -> dict[str, float]:
-        """Cumulative CPU seconds per process label (label = role and process name, pid-free)."""
-        out: dict[str, float] = {}
+    def process_cpu(self) -> dict[int, tuple[str, float]]:
+        """pid -> (label, cumulative CPU seconds). Keyed by pid because labels can change while a process
+        runs (Ray retitles an actor with the method it is in); the runner aggregates deltas by label."""
+        out: dict[int, tuple[str, float]] = {}
         for role, procs in self.processes().items():
             for p in procs:
                 try:
                     with p.oneshot():
                         t = p.cpu_times()
-                        label = f"{role}:{_proc_label(p)}"
-                        out[label] = out.get(label, 0.0) + t.user + t.system
+                        out[p.pid] = (f"{role}:{_proc_label(p)}", t.user + t.system)
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     continue
         return out
@@ -153,14 +157,20 @@ class Stack(ABC):
 
 
 def _proc_label(p: psutil.Process) -> str:
-    """vLLM names its processes via setproctitle (VLLM::EngineCore, VLLM::Worker); Ray uses ray::<Actor>."""
+    """A stable, pid-free name: vLLM's setproctitle names (VLLM::EngineCore, VLLM::Worker), Ray's actor names
+    without the method they are in (ray::ServeController.listen_for_change -> ray::ServeController)."""
     try:
         cmd = p.cmdline()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         cmd = []
+    joined = " ".join(cmd)
+    if "resource_tracker" in joined:
+        return "resource_tracker"
+    if joined.startswith("ray::"):
+        return joined.split()[0].split(".")[0]
     name = cmd[0] if cmd else p.name()
     if "-c" in cmd[1:2]:
-        return "resource_tracker" if "resource_tracker" in " ".join(cmd) else "python -c"
+        return "python -c"
     if name.endswith("python") or "python3" in name:
         # a plain interpreter: name it by its module or script
         rest = [c for c in cmd[1:] if not c.startswith("-")]

@@ -84,12 +84,20 @@ class ManagedProcess:
             self._seen.setdefault(p.pid, p)
         return procs
 
-    def stop(self, timeout: float = 30.0) -> list[str]:
-        """SIGTERM the group, wait, SIGKILL what is left. Returns descriptions of survivors (should be [])."""
+    def stop(self, timeout: float = 30.0, leader_grace: float = 0.0) -> list[str]:
+        """SIGTERM the group, wait, SIGKILL what is left. Returns descriptions of survivors (should be []).
+        leader_grace > 0: SIGTERM the leader alone first and give it that long to stop its own children
+        (Ray's driver shuts its cluster down in order)."""
         if self.proc is None:
             return []
         self.tree()
         pgid = self.proc.pid
+        if leader_grace and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=leader_grace)
+            except subprocess.TimeoutExpired:
+                pass
         for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
             try:
                 os.killpg(pgid, sig)
@@ -147,9 +155,10 @@ def wait_http_ready(url: str, timeout: float, what: str, alive: Callable[[], boo
                 time.sleep(0.5)  # poll interval, not a readiness guess: readiness is the 200 above
 
 
-def stop_and_verify(proc: ManagedProcess, ports: list[int], what: str, timeout: float = 30.0) -> None:
+def stop_and_verify(proc: ManagedProcess, ports: list[int], what: str, timeout: float = 30.0,
+                    leader_grace: float = 0.0) -> None:
     """Stop a server's process group and prove it is gone: no survivor, every port free again."""
-    survivors = proc.stop(timeout)
+    survivors = proc.stop(timeout, leader_grace)
     deadline = time.monotonic() + 15
     while any(port_in_use(p) for p in ports) and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -89,10 +89,11 @@ def test_version_mismatch_is_refused(tmp_path, write_profile, monkeypatch, capsy
 
     monkeypatch.setattr(SimProxyStack, "engine_version", lambda self: "sim-9.9.9")
     profile = write_profile(concurrency=[1], requests=4)
-    rc = main(["compare", "--stack", "sim-proxy", "--profile", str(profile), "--results-dir", str(tmp_path)])
+    results = tmp_path / "results"
+    rc = main(["compare", "--stack", "sim-proxy", "--profile", str(profile), "--results-dir", str(results)])
     assert rc == 2
     assert "engine versions differ" in capsys.readouterr().err
-    run = next(tmp_path.iterdir())
+    run = next(results.iterdir())
     assert json.loads((run / "run.json").read_text())["status"] == "failed"
 
 

@@ -1,0 +1,63 @@
+"""Ray Serve LLM deployment driver, run from the engine environment by stacks/ray.py (layerbench's harness
+never imports ray). It starts a private local Ray (own temp dir and ports, 127.0.0.1), runs
+`build_openai_app` with one LLMConfig, prints LAYERBENCH_SERVE_STARTED, then waits; SIGTERM shuts Serve and
+Ray down so no Ray process outlives it.
+
+Usage: python scripts/ray_serve_app.py CONFIG.json   (keys: see stacks/ray.py RayStack.deploy)
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+
+
+def main() -> int:
+    cfg = json.loads(open(sys.argv[1]).read())
+    import ray
+    from ray import serve
+    from ray.serve.llm import LLMConfig, build_openai_app
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+
+    ray.init(
+        num_cpus=cfg["num_cpus"],
+        _temp_dir=cfg["temp_dir"],
+        _node_ip_address="127.0.0.1",
+        include_dashboard=False,
+        _metrics_export_port=cfg["metrics_port"],
+        runtime_env={"env_vars": cfg["env"]},
+        log_to_driver=False,
+    )
+    serve.start(http_options={"host": "127.0.0.1", "port": cfg["port"]})
+    llm = LLMConfig(
+        model_loading_config={"model_id": cfg["model_id"], "model_source": cfg["model_source"]},
+        accelerator_config={"kind": "cpu"} if not cfg["gpu"] else None,
+        deployment_config={"num_replicas": 1, "max_ongoing_requests": cfg["max_ongoing_requests"]},
+        engine_kwargs=cfg["engine_kwargs"],
+        experimental_configs={"stream_batching_interval_ms": cfg["stream_batching_interval_ms"]},
+        log_engine_metrics=True,
+        runtime_env={"env_vars": cfg["env"]},
+    )
+    app = build_openai_app({
+        "llm_configs": [llm],
+        "ingress_deployment_config": {"num_replicas": cfg["ingress_replicas"],
+                                      "max_ongoing_requests": cfg["max_ongoing_requests"]},
+    })
+    serve.run(app, name="layerbench", route_prefix="/", blocking=False)
+    print("LAYERBENCH_SERVE_STARTED", flush=True)
+    stop.wait()
+    print("LAYERBENCH_SHUTDOWN", flush=True)
+    try:
+        serve.shutdown()
+    finally:
+        ray.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

