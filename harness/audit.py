@@ -125,8 +125,16 @@ def audit_from_scrapes(scrapes: list[dict], live: dict[str, LiveFacts], stack: s
                      + " (no engine-level view of these while serving through it)")
     for lbl, facts in live.items():
         if facts.non_loopback:
-            notes.append(f"{lbl}: listening beyond loopback: {', '.join(facts.non_loopback)}")
+            shown = ", ".join(facts.non_loopback[:4]) + (", ..." if len(facts.non_loopback) > 4 else "")
+            notes.append(f"{lbl}: {len(facts.non_loopback)} ports listen beyond loopback although the deployment was "
+                         f"asked for 127.0.0.1: {shown}")
     return AuditResult(stack=stack, endpoints=endpoints, families=families, counts=counts, live=live, notes=notes)
+
+
+def refresh_logs(facts: LiveFacts, stack: Stack) -> None:
+    """After teardown: a stack may have moved its logs next to the results (Ray's temp dir is removed)."""
+    facts.logs = {k: str(v) for k, v in stack.log_locations().items()}
+    facts.logs_exist = {k: Path(v).exists() for k, v in facts.logs.items()}
 
 
 def live_facts(stack: Stack) -> LiveFacts:

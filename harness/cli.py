@@ -135,8 +135,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_audit(args: argparse.Namespace) -> int:
     """Deploy baseline and stack briefly, send a few requests so request-driven families appear, scrape every
     metric endpoint, and audit what survives; no throughput is measured."""
-    from harness.audit import audit_from_scrapes
-    from harness.report import tables
+    from harness.audit import audit_from_scrapes, live_facts, refresh_logs
     from stacks.base import get_stack
 
     profile = load_profile(args.profile).model_copy(update={
@@ -146,8 +145,6 @@ def cmd_audit(args: argparse.Namespace) -> int:
     run_id = new_run_id(f"audit-{args.stack}")
     writer = RunWriter(run_id, Path(args.results_dir), meta={"command": "audit", "stack": args.stack})
     stack = stack_cls(_settings(args, profile, writer.dir / "logs"))
-    from harness.audit import live_facts
-
     live = {}
     status, reason = "failed", None
     try:
@@ -156,6 +153,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
             with target:
                 deploy_and_measure(target, profile, writer, label, 1)
                 live[label] = live_facts(target)
+            refresh_logs(live[label], target)
         status = "complete"
     except KeyboardInterrupt:
         status, reason = "interrupted", "interrupted by the user"
@@ -165,19 +163,14 @@ def cmd_audit(args: argparse.Namespace) -> int:
         writer.finish(status, reason)
     if status != "complete":
         raise LayerbenchError(f"audit {status}: {reason}")
-    from harness.compare import CompareSummary
+    from harness.output import markdown_table
+    from harness.report import audit_tables
     from harness.results import read_jsonl
 
     result = audit_from_scrapes(read_jsonl(writer.dir / "scrapes.jsonl"), live, args.stack)
     writer.write_json("audit.json", result.model_dump())
-    view = CompareSummary(run_id=run_id, stack=args.stack, baseline_stack=(stack.baseline() or stack).kind,
-                          in_request_path=stack.in_request_path, profile=profile.name, repeats=1, versions={},
-                          version_match=True, applied={}, settings_match=True, settings_mismatches=[], options={},
-                          audit=result)
-    from harness.output import markdown_table
-
     md = [f"# Observability audit: {args.stack} — {run_id}", ""] + [f"- {n}" for n in result.notes] + [""]
-    for name, caption, header, rows in tables(view)[4:]:
+    for name, caption, header, rows in audit_tables(result):
         md += [f"## {name}", "", *([caption, ""] if caption else []), markdown_table(header, rows), ""]
     (writer.dir / "audit.md").write_text("\n".join(md))
     console.print("\n".join(md), markup=False, highlight=False)

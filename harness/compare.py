@@ -9,7 +9,7 @@ import numpy as np
 from pydantic import BaseModel
 from rich.console import Console
 
-from harness.audit import AuditResult, LiveFacts, audit_from_scrapes, live_facts
+from harness.audit import AuditResult, LiveFacts, audit_from_scrapes, live_facts, refresh_logs
 from harness.errors import LayerbenchError
 from harness.profile import LoadProfile
 from harness.results import RunWriter, read_jsonl
@@ -157,6 +157,7 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
                 summary.applied[label] = run.applied
                 summary.versions[label] = run.engine_version  # the live answer beats the declared one
                 live[label] = live_facts(target)
+            refresh_logs(live[label], target)
         except LayerbenchError as e:
             summary.failures[label] = str(e)
             if label == "baseline":

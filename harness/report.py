@@ -7,6 +7,7 @@ import html
 import json
 from pathlib import Path
 
+from harness.audit import AuditResult
 from harness.compare import CompareSummary
 from harness.output import markdown_table
 
@@ -48,32 +49,51 @@ def tables(s: CompareSummary) -> list[tuple[str, str, list[str], list[list[str]]
                 [[str(lv.concurrency), _f(lv.baseline_ttft_p95_ms), _pct(lv.baseline_goodput),
                   _f(lv.baseline_good_rps, "{:.2f}"), _f(lv.stack_ttft_p95_ms), _pct(lv.stack_goodput),
                   _f(lv.stack_good_rps, "{:.2f}")] for lv in s.levels]))
-    labels = sorted({k for lv in s.levels for k in (*lv.baseline_cpu_cores, *lv.stack_cpu_cores)})
+    rows = cpu_rows(s)
+    out.append(("Where the CPU went (cores)", CPU_HOST_NOTE + f" Processes under {MINOR_CORES} cores at every "
+                "level are summed as 'other'.", ["deployment", "process", *[f"c={lv.concurrency}" for lv in s.levels]],
+                rows))
+    return out + (audit_tables(s.audit) if s.audit else [])
+
+
+MINOR_CORES = 0.05
+
+
+def cpu_rows(s: CompareSummary) -> list[list[str]]:
+    """Rows: each process of each deployment (minor ones folded into 'other'), its total, the load client;
+    columns: levels. Cores = CPU seconds / level window, mean over repeats."""
     rows = []
-    for lv in s.levels:
-        for side, cores, client in (("baseline", lv.baseline_cpu_cores, lv.baseline_client_cores),
-                                    ("stack", lv.stack_cpu_cores, lv.stack_client_cores)):
-            rows.append([str(lv.concurrency), side, *[_f(cores.get(k), "{:.2f}") for k in labels],
-                         _f(sum(cores.values()) if cores else None, "{:.2f}"), _f(client, "{:.2f}")])
-    out.append(("Where the CPU went (cores)", CPU_HOST_NOTE, ["c", "deployment", *labels, "deployment total",
-                                                               "load client"], rows))
-    if s.audit:
-        a = s.audit
-        out.append(("Observability: metric endpoints", "", ["deployment", "endpoint", "url", "HTTP", "families",
-                                                            "vllm:*", "prefixes"],
-                    [[e.label, e.name, e.url, e.status, str(e.families), str(e.vllm_families),
-                      ", ".join(f"{k} {v}" for k, v in list(e.prefixes.items())[:6])] for e in a.endpoints]))
-        out.append(("Observability: baseline vllm:* families behind the layer",
-                    "counts: " + ", ".join(f"{k} {v}" for k, v in sorted(a.counts.items())),
-                    ["family", "status", "found as", "key family"],
-                    [[fa.name, fa.status, fa.found_as or "—", fa.key or ""] for fa in a.families]))
-        out.append(("Observability: logs and listening ports", "", ["deployment", "engine log", "listening",
-                                                                    "beyond loopback"],
-                    [[lbl, "; ".join(f"{k}: {v}" + ("" if f.logs_exist.get(k) else " (missing)")
-                                     for k, v in f.logs.items()) or "—",
-                      ", ".join(f.listening) or "—", ", ".join(f.non_loopback) or "none"]
-                     for lbl, f in a.live.items()]))
-    return out
+    for side in ("baseline", "stack"):
+        per_level = [getattr(lv, f"{side}_cpu_cores") for lv in s.levels]
+        labels = sorted({k for cores in per_level for k in cores})
+        major = [k for k in labels if any(c.get(k, 0.0) >= MINOR_CORES for c in per_level)]
+        minor = [k for k in labels if k not in major]
+        for k in major:
+            rows.append([side, k, *[_f(c.get(k), "{:.2f}") for c in per_level]])
+        if minor:
+            rows.append([side, f"other ({len(minor)} processes)",
+                         *[_f(sum(c.get(k, 0.0) for k in minor), "{:.2f}") for c in per_level]])
+        rows.append([side, "**deployment total**", *[_f(sum(c.values()) if c else None, "{:.2f}") for c in per_level]])
+        rows.append([side, "load client", *[_f(getattr(lv, f"{side}_client_cores"), "{:.2f}") for lv in s.levels]])
+    return rows
+
+
+def audit_tables(a: AuditResult) -> list[tuple[str, str, list[str], list[list[str]]]]:
+    endpoints = [[e.label, e.name, e.url, e.status, str(e.families), str(e.vllm_families),
+                  ", ".join(f"{k} {v}" for k, v in list(e.prefixes.items())[:6])] for e in a.endpoints]
+    families = [[fa.name, fa.status, fa.found_as or "—", fa.key or ""] for fa in a.families]
+    live = [[lbl, "; ".join(f"{k}: {v}" + ("" if f.logs_exist.get(k) else " (missing)") for k, v in f.logs.items())
+             or "—", str(len(f.listening) - len(f.non_loopback)), ", ".join(f.non_loopback) or "none"]
+            for lbl, f in a.live.items()]
+    return [
+        ("Observability: metric endpoints", "",
+         ["deployment", "endpoint", "url", "HTTP", "families", "vllm:*", "prefixes"], endpoints),
+        ("Observability: baseline vllm:* families behind the layer",
+         "counts: " + ", ".join(f"{k} {v}" for k, v in sorted(a.counts.items())),
+         ["family", "status", "found as", "key family"], families),
+        ("Observability: logs and listening ports", "",
+         ["deployment", "logs", "ports on loopback", "ports beyond loopback (0.0.0.0, ::, host address)"], live),
+    ]
 
 
 def plots(s: CompareSummary, out: Path) -> list[str]:
