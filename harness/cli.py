@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
@@ -24,6 +25,39 @@ err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 170)
 
 def _raise_interrupt(signum, frame):  # SIGTERM behaves like Ctrl-C: teardown runs
     raise KeyboardInterrupt
+
+
+class Outcome:
+    """How a command's deployments ended; `recorded` fills it and always marks the run folder."""
+
+    def __init__(self) -> None:
+        self.status, self.reason = "failed", None
+
+    def exit_code(self, writer: RunWriter) -> int:
+        """130 after Ctrl-C; LayerbenchError (exit 2) when failed; 0 when complete."""
+        if self.status == "interrupted":
+            err_console.print(f"[yellow]{self.reason}[/]; measured so far is kept in {writer.dir}")
+            return 130
+        if self.status != "complete":
+            raise LayerbenchError(f"{self.reason}\n(run marked {self.status}: {writer.dir}/run.json)")
+        return 0
+
+
+@contextmanager
+def recorded(writer: RunWriter):
+    """Runs the body; Ctrl-C/SIGTERM and LayerbenchError become the outcome (teardown has already run in the
+    body's `with stack`); run.json is marked complete / failed / interrupted whatever happened."""
+    out = Outcome()
+    try:
+        yield out
+        if out.status == "failed" and out.reason is None:
+            out.status = "complete"
+    except KeyboardInterrupt:
+        out.status, out.reason = "interrupted", "interrupted by the user (Ctrl-C / SIGTERM); deployments torn down"
+    except LayerbenchError as e:
+        out.status, out.reason = "failed", str(e)
+    finally:
+        writer.finish(out.status, out.reason)
 
 
 def deploy_and_measure(stack, profile: LoadProfile, writer: RunWriter, label: str, repeats: int | None = None):
@@ -50,34 +84,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile)
     stack_cls = get_stack(args.stack)
     run_id = new_run_id(args.stack)
+    stack = stack_cls(_settings(args, profile, Path(args.results_dir) / run_id / "logs"))  # validates options
     writer = RunWriter(run_id, Path(args.results_dir),
                        meta={"command": "run", "stack": args.stack, "profile": profile.model_dump()})
-    settings = _settings(args, profile, writer.dir / "logs")
     console.print(f"run [bold]{run_id}[/] → {writer.dir}")
     summary = None
-    status, reason = "failed", None
-    try:
-        with stack_cls(settings) as stack:
+    with recorded(writer) as outcome:
+        with stack:
             summary = deploy_and_measure(stack, profile, writer, label=args.stack, repeats=args.repeats)
-        status = "complete"
-    except KeyboardInterrupt:
-        status, reason = "interrupted", "interrupted by the user (Ctrl-C / SIGTERM); deployment torn down"
-    except LayerbenchError as e:
-        reason = str(e)
-    finally:
-        writer.finish(status, reason)
-        if summary is not None:
-            summary.status = status
-            writer.write_json("summary.json", summary.model_dump())
-            (writer.dir / "summary.md").write_text(summary_markdown(summary, writer.meta))
-            console.print(level_table(summary))
-    console.print(f"results: {writer.dir} (status: {status})")
-    if status == "interrupted":
-        err_console.print(f"[yellow]{reason}[/]; measured so far is kept in {writer.dir}")
-        return 130
-    if status == "failed":
-        raise LayerbenchError(f"{reason}\n(run marked failed: {writer.dir}/run.json)")
-    return 0
+    if summary is not None:
+        summary.status = outcome.status
+        writer.write_json("summary.json", summary.model_dump())
+        (writer.dir / "summary.md").write_text(summary_markdown(summary, writer.meta))
+        console.print(level_table(summary))
+    console.print(f"results: {writer.dir} (status: {outcome.status})")
+    return outcome.exit_code(writer)
 
 
 def _settings(args: argparse.Namespace, profile: LoadProfile, log_dir: Path):
@@ -100,36 +121,25 @@ def cmd_compare(args: argparse.Namespace) -> int:
     stack_cls = get_stack(args.stack)
     repeats = args.repeats or max(profile.repeats, 2)  # a noise band needs at least two sweeps
     run_id = new_run_id(f"compare-{args.stack}")
+    stack = stack_cls(_settings(args, profile, Path(args.results_dir) / run_id / "logs"))  # validates options
     writer = RunWriter(run_id, Path(args.results_dir), meta={"command": "compare", "stack": args.stack,
                                                             "repeats": repeats, "profile": profile.model_dump()})
-    stack = stack_cls(_settings(args, profile, writer.dir / "logs"))
     console.print(f"compare [bold]{run_id}[/]: {args.stack} vs its version-matched baseline → {writer.dir}")
     t0 = time.monotonic()
-    summary, status, reason = None, "failed", None
-    try:
+    summary = None
+    with recorded(writer) as outcome:
         summary = run_compare(stack, profile, writer, console, repeats, args.allow_version_mismatch,
                               lambda target, label: deploy_and_measure(target, profile, writer, label, repeats))
-        status = summary.status
-        reason = "; ".join(f"{k}: {v.splitlines()[0]}" for k, v in summary.failures.items()) or None
-    except KeyboardInterrupt:
-        status, reason = "interrupted", "interrupted by the user (Ctrl-C / SIGTERM); deployments torn down"
-    except LayerbenchError as e:
-        reason = str(e)
-    finally:
-        writer.finish(status, reason)
+        if summary.failures:  # the stack died: what it measured is kept and reported
+            outcome.reason = "; ".join(f"{k}: {v.splitlines()[0]}" for k, v in summary.failures.items())
     if summary is None:
-        if status == "interrupted":
-            err_console.print(f"[yellow]{reason}[/]; measured so far is kept in {writer.dir}")
-            return 130
-        raise LayerbenchError(f"{reason}\n(run marked {status}: {writer.dir}/run.json)")
+        return outcome.exit_code(writer)
     summary.wall_s = time.monotonic() - t0
     writer.write_json("compare.json", summary.model_dump())
     report = write_report(summary, Path(args.reports_dir) / run_id if args.reports_dir else REPORTS_DIR / run_id)
     console.print(report.read_text(), markup=False, highlight=False)
-    console.print(f"report: {report} (+ report.html, plots); results: {writer.dir} (status: {status})")
-    if status != "complete":
-        raise LayerbenchError(f"compare {status}: {reason}")
-    return 0
+    console.print(f"report: {report} (+ report.html, plots); results: {writer.dir} (status: {outcome.status})")
+    return outcome.exit_code(writer)
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -143,26 +153,17 @@ def cmd_audit(args: argparse.Namespace) -> int:
         "warmup_waves": 0, "repeats": 1})
     stack_cls = get_stack(args.stack)
     run_id = new_run_id(f"audit-{args.stack}")
+    stack = stack_cls(_settings(args, profile, Path(args.results_dir) / run_id / "logs"))  # validates options
     writer = RunWriter(run_id, Path(args.results_dir), meta={"command": "audit", "stack": args.stack})
-    stack = stack_cls(_settings(args, profile, writer.dir / "logs"))
     live = {}
-    status, reason = "failed", None
-    try:
-        baseline = stack.baseline() or stack
-        for label, target in (("baseline", baseline), ("stack", stack)):
+    with recorded(writer) as outcome:
+        for label, target in (("baseline", stack.baseline() or stack), ("stack", stack)):
             with target:
                 deploy_and_measure(target, profile, writer, label, 1)
                 live[label] = live_facts(target)
             refresh_logs(live[label], target)
-        status = "complete"
-    except KeyboardInterrupt:
-        status, reason = "interrupted", "interrupted by the user"
-    except LayerbenchError as e:
-        reason = str(e)
-    finally:
-        writer.finish(status, reason)
-    if status != "complete":
-        raise LayerbenchError(f"audit {status}: {reason}")
+    if outcome.status != "complete":
+        return outcome.exit_code(writer)
     from harness.output import markdown_table
     from harness.report import audit_tables
     from harness.results import read_jsonl

@@ -75,7 +75,17 @@ class Stack(ABC):
     description: ClassVar[str] = ""
 
     def __init__(self, settings: DeploySettings):
+        unknown = set(settings.options) - self.allowed_options()
+        if unknown:
+            known = ", ".join(sorted(self.allowed_options())) or "none"
+            raise LayerbenchError(f"unknown option(s) for stack {self.kind}: {', '.join(sorted(unknown))}; "
+                                  f"known: {known}")
         self.settings = settings
+
+    @classmethod
+    def allowed_options(cls) -> set[str]:
+        """Keys this stack accepts in `--opt key=value` (and `--port`)."""
+        return {"port"}
 
     # --- lifecycle ---
     @abstractmethod

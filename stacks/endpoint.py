@@ -15,6 +15,10 @@ class EndpointStack(Stack):
     description = "an existing OpenAI-compatible server (--url)"
 
     _model: str | None = None
+
+    @classmethod
+    def allowed_options(cls) -> set[str]:
+        return set()
     _version: str | None = None
 
     def _url(self) -> str:

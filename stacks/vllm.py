@@ -13,7 +13,7 @@ from rich.console import Console
 
 from harness.errors import LayerbenchError
 from stacks.base import CACHE_DIR, ENGINE_VENV, DeploySettings, Endpoint, Stack, register
-from stacks.procs import ManagedProcess, free_port, port_in_use, stop_and_verify, wait_http_ready
+from stacks.procs import ManagedProcess, ensure_port_free, free_port, stop_and_verify, wait_http_ready
 
 
 def engine_python(venv: Path = ENGINE_VENV) -> Path:
@@ -85,8 +85,7 @@ class VllmStack(Stack):
     def deploy(self) -> None:
         if not self.settings.model_path.exists():
             raise LayerbenchError(f"model not found at {self.settings.model_path}: run `make setup`")
-        if port_in_use(self.port):
-            raise LayerbenchError(f"port {self.port} on 127.0.0.1 is already in use")
+        ensure_port_free(self.port)
         py = engine_python()
         cmd = [str(py), "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.settings.model_path),
                "--served-model-name", self.settings.served_model_name, "--host", "127.0.0.1",

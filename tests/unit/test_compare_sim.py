@@ -103,3 +103,21 @@ def test_all_stacks_report(tmp_path, write_profile, capsys):
     assert main(["report", "--results-dir", str(tmp_path / "results"), "--out", str(out)]) == 0
     text = out.read_text()
     assert "| sim-proxy | yes | sim-0.32.0 |" in text and "at c=4" in text and "39/39" in text
+
+
+def test_audit_command(tmp_path, capsys):
+    results = tmp_path / "results"
+    assert main(["audit", "--stack", "sim-proxy", "--opt", "metrics=rename", "--opt", "ttft_ms=5",
+                 "--results-dir", str(results)]) == 0
+    run = next(results.iterdir())
+    audit = json.loads((run / "audit.json").read_text())
+    fams = {f["name"]: f for f in audit["families"]}
+    assert len(fams) == 39 and fams["vllm:num_requests_running"]["status"] == "survives"  # the engine port
+    assert "Observability: baseline vllm:* families" in (run / "audit.md").read_text()
+    assert json.loads((run / "run.json").read_text())["status"] == "complete"
+
+
+def test_unknown_stack_option_is_refused(tmp_path, capsys):
+    assert main(["compare", "--stack", "sim-proxy", "--opt", "nope=1", "--results-dir", str(tmp_path)]) == 2
+    assert "unknown option(s) for stack sim-proxy: nope" in capsys.readouterr().err
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())  # nothing half-written
