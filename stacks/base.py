@@ -26,7 +26,7 @@ ENGINE_VENV = PROJECT_ROOT / ".venv-engine"
 
 class Endpoint(BaseModel):
     base_url: str
-    protocol: Literal["openai", "triton"] = "openai"
+    protocol: Literal["openai"] = "openai"  # Triton's generate_stream joins with the Triton stack
     model: str
 
 

@@ -124,6 +124,15 @@ def test_client_stream_cut_mid_event_is_a_failure(scripted_server):
     assert not r.ok and r.error == "disconnect" and "partial event" in r.error_detail
 
 
+def test_client_bad_chunk_framing_is_malformed(scripted_server):
+    async def handler(reader, writer):
+        writer.write(STREAM_HEAD + b"zz\r\nnot a chunk\r\n")
+        await writer.drain()
+
+    r = run_client(scripted_server, handler)
+    assert not r.ok and r.error == "malformed" and "chunk size" in r.error_detail
+
+
 def test_client_missing_usage_is_malformed(scripted_server):
     r = run_client(scripted_server, stream(text_ev("a"), DONE))
     assert not r.ok and r.error == "malformed"
