@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from harness.client import CLIENTS, RequestRecord
+from harness.errors import LayerbenchError
 from harness.profile import LoadProfile
 from harness.prompts import PromptGenerator
 from harness.results import RunWriter
@@ -95,6 +96,8 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
                 summary.scrapes, summary.scrape_gaps = scraper.count, scraper.gaps
                 writer.write_json(f"summary-{summary.label}.json" if summary.label != summary.stack
                                   else "summary.json", summary.model_dump())
+                if (why := stack.dead()) is not None:  # measured so far is on disk; stop and say so
+                    raise LayerbenchError(f"{summary.label} {stack.kind} died mid-run after c={c}: {why}")
     scraper.new_scrapes()
     summary.scrapes, summary.scrape_gaps = scraper.count, scraper.gaps
     return summary

@@ -147,6 +147,10 @@ class Stack(ABC):
         """Processes of this deployment by role label, for 'where the CPU went'."""
         return {}
 
+    def dead(self) -> str | None:
+        """Why the deployment is no longer serving (checked after every level), or None while it runs."""
+        return None
+
     def process_cpu(self) -> dict[int, tuple[str, float]]:
         """pid -> (label, cumulative CPU seconds). Keyed by pid because labels can change while a process
         runs (Ray retitles an actor with the method it is in); the runner aggregates deltas by label."""

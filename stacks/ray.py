@@ -156,6 +156,11 @@ class RayStack(Stack):
     def baseline(self) -> Stack:
         return VllmStack(self.settings.model_copy(update={"options": {}}))
 
+    def dead(self) -> str | None:
+        if self.proc is not None and not self.proc.alive():
+            return f"{self.kind} exited (code {self.proc.proc.returncode}); see {self.log_path}"
+        return None
+
     def processes(self) -> dict[str, list[psutil.Process]]:
         return {"ray": self.proc.tree()} if self.proc else {}
 

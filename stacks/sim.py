@@ -102,6 +102,11 @@ class SimStack(Stack):
         cfg.max_concurrency_at_tokens = self.settings.engine.max_model_len
         return cfg
 
+    def dead(self) -> str | None:
+        servers = [self.engine, *([p] if (p := getattr(self, "proxy", None)) else [])]
+        gone = [f"{s.name} exited (see {s.log_path})" for s in servers if self._up and not s.proc.alive()]
+        return "; ".join(gone) or None
+
     def processes(self) -> dict[str, list[psutil.Process]]:
         return {"sim": self.engine.proc.tree()}
 

@@ -129,6 +129,11 @@ class VllmStack(Stack):
     def baseline(self) -> Stack:
         return self  # bare vLLM is its own baseline
 
+    def dead(self) -> str | None:
+        if self.proc is not None and not self.proc.alive():
+            return f"{self.kind} exited (code {self.proc.proc.returncode}); see {self.log_path}"
+        return None
+
     def processes(self) -> dict[str, list[psutil.Process]]:
         return {"vllm": self.proc.tree()} if self.proc else {}
 

@@ -121,3 +121,41 @@ def test_unknown_stack_option_is_refused(tmp_path, capsys):
     assert main(["compare", "--stack", "sim-proxy", "--opt", "nope=1", "--results-dir", str(tmp_path)]) == 2
     assert "unknown option(s) for stack sim-proxy: nope" in capsys.readouterr().err
     assert not tmp_path.exists() or not any(tmp_path.iterdir())  # nothing half-written
+
+
+def test_stack_dying_mid_run_is_reported_and_kept(tmp_path, write_profile, monkeypatch):
+    """The layer's process is killed after the first level: the compare is marked failed, the level it
+    measured is kept, and the report says what happened."""
+    import os
+    import signal
+
+    from harness import sweep
+
+    original = sweep.level_stats
+
+    def kill_proxy_after_first_level(records, c, slo, repeat=0):
+        stats = original(records, c, slo, repeat)
+        stack = kill_proxy_after_first_level.stack
+        if stack is not None and c == 1 and stack.proxy is not None:
+            os.kill(stack.proxy.proc.pid, signal.SIGKILL)
+            stack.proxy.proc.proc.wait(timeout=10)  # the kill has landed before the health check
+        return stats
+
+    from stacks.sim import SimProxyStack
+
+    orig_deploy = SimProxyStack.deploy
+    kill_proxy_after_first_level.stack = None
+
+    def deploy(self):
+        orig_deploy(self)
+        kill_proxy_after_first_level.stack = self
+
+    monkeypatch.setattr(sweep, "level_stats", kill_proxy_after_first_level)
+    monkeypatch.setattr(SimProxyStack, "deploy", deploy)
+    rc, s, report = compare(tmp_path, write_profile, repeats=1)
+    assert rc == 2 and s.status == "failed"
+    assert "died mid-run after c=1" in s.failures["stack"] and "sim-proxy exited" in s.failures["stack"]
+    kept = s.runs["stack"].levels
+    assert [lv.stats.concurrency for lv in kept] == [1] and kept[0].stats.succeeded > 0
+    assert s.levels[0].stack_tok_s and s.levels[1].verdict == "missing"
+    assert "**stack failed**" in (report / "report.md").read_text()
