@@ -28,8 +28,10 @@ ENGINE = {"max_model_len": MAX_MODEL_LEN, "max_num_seqs": 32, "dtype": "float32"
 
 
 def tiny_profile(write_profile, **over) -> Path:
-    fields = dict(concurrency=[1, 8], requests=12, requests_per_concurrency=0, min_duration_s=4.5,
-                  input_tokens=48, output_tokens=OUT_TOKENS, scrape_interval_s=1.0, engine=ENGINE)
+    # 4 scrapes a second over >= 6 s levels: on a loaded 2-core host vLLM's API server answers /metrics
+    # mostly when the engine has gone idle (num_requests_running 0), so a few samples can all miss the load
+    fields = dict(concurrency=[1, 8], requests=12, requests_per_concurrency=0, min_duration_s=6,
+                  input_tokens=48, output_tokens=OUT_TOKENS, scrape_interval_s=0.25, engine=ENGINE)
     fields.update(over)
     return write_profile(**fields)
 
