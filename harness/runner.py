@@ -24,6 +24,9 @@ from harness.stats import Dist
 CLIENT_CPU_LIMIT_PCT = 90.0
 DISPATCH_P95_LIMIT_MS = 1.0
 BUSY_CPU_PCT = 25.0
+# Loop lag bounds how late a timestamp can be taken. An idle client here shows p99 ~1.75 ms (5 ms ticks,
+# millisecond timers, slow wake-ups); a starved loop (a GIL-holding thread at 88% CPU) showed p50 5.6 ms.
+LOOP_LAG_P95_LIMIT_MS = 5.0
 LAG_TICK_S = 0.005
 
 
@@ -48,6 +51,8 @@ def judge_client(cpu_pct: float, lag: Dist, dispatch: Dist) -> tuple[bool, list[
     reasons = []
     if cpu_pct > CLIENT_CPU_LIMIT_PCT:
         reasons.append(f"client CPU {cpu_pct:.0f}% of a core (> {CLIENT_CPU_LIMIT_PCT:.0f}%)")
+    if lag.p95 is not None and lag.p95 > LOOP_LAG_P95_LIMIT_MS:
+        reasons.append(f"event-loop lag p95 {lag.p95:.1f} ms (> {LOOP_LAG_P95_LIMIT_MS:.0f} ms): timestamps late")
     if dispatch.p95 is not None and dispatch.p95 > DISPATCH_P95_LIMIT_MS and cpu_pct > BUSY_CPU_PCT:
         reasons.append(f"dispatch delay p95 {dispatch.p95:.2f} ms (> {DISPATCH_P95_LIMIT_MS} ms) at "
                        f"{cpu_pct:.0f}% CPU")

