@@ -47,6 +47,11 @@ class RequestRecord:
     def dispatch_delay_ms(self) -> float:
         return (self.t_start_ns - self.t_due_ns) / 1e6
 
+    @classmethod
+    def from_json(cls, d: dict) -> RequestRecord:
+        """Inverse of to_json (derived keys such as dispatch_delay_ms and labels are dropped)."""
+        return cls(**{k: v for k, v in d.items() if k in cls.__slots__})
+
     def to_json(self) -> dict:
         d = asdict(self)
         d["event_ms"] = [round(x, 3) for x in self.event_ms]

@@ -7,8 +7,8 @@ from rich.table import Table
 from harness.sweep import RunSummary
 
 
-def _f(v: float | None, fmt: str = "{:.1f}") -> str:
-    return "-" if v is None else fmt.format(v)
+def fmt(v: float | None, pattern: str = "{:.1f}") -> str:
+    return "—" if v is None else pattern.format(v)
 
 
 LEVEL_COLUMNS = ["c", "ok/sent", "TTFT p50 ms", "TTFT p95 ms", "ITL p50 ms", "TPOT p50 ms", "E2E p95 ms",
@@ -28,9 +28,9 @@ def level_rows(summary: RunSummary) -> list[list[str]]:
             note.append(f"{lv.server.gaps} scrape gaps")
         rows.append([
             f"{s.concurrency}" + (f" r{s.repeat + 1}" if s.repeat else ""), f"{s.succeeded}/{s.sent}",
-            _f(s.ttft_ms.p50), _f(s.ttft_ms.p95), _f(s.itl_ms.p50, "{:.2f}"), _f(s.tpot_ms.p50, "{:.2f}"),
-            _f(s.e2e_ms.p95), _f(s.throughput_tok_s, "{:.0f}"), f"{100 * s.goodput:.0f}%",
-            _f(s.tokens_per_chunk, "{:.2f}"), f"{lv.client.cpu_pct:.0f}%", " ".join(note),
+            fmt(s.ttft_ms.p50), fmt(s.ttft_ms.p95), fmt(s.itl_ms.p50, "{:.2f}"), fmt(s.tpot_ms.p50, "{:.2f}"),
+            fmt(s.e2e_ms.p95), fmt(s.throughput_tok_s, "{:.0f}"), f"{100 * s.goodput:.0f}%",
+            fmt(s.tokens_per_chunk, "{:.2f}"), f"{lv.client.cpu_pct:.0f}%", " ".join(note),
         ])
     return rows
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from harness.audit import AuditResult
 from harness.compare import CompareSummary
-from harness.output import markdown_table
+from harness.output import fmt, markdown_table
 
 REPORTS_DIR = Path("reports")
 CPU_HOST_NOTE = (
@@ -17,10 +17,6 @@ CPU_HOST_NOTE = (
     "measured cost is inflated; on a GPU host the engine's work runs on the accelerator and the layer does not "
     "compete with it for these cores. Read the CPU breakdown before generalising a CPU-host delta."
 )
-
-
-def _f(v: float | None, fmt: str = "{:.1f}") -> str:
-    return "—" if v is None else fmt.format(v)
 
 
 def _pct(v: float | None) -> str:
@@ -41,14 +37,14 @@ def tables(s: CompareSummary) -> list[tuple[str, str, list[str], list[list[str]]
     out.append(("Throughput (output tok/s)", f"Mean of {s.repeats} repeat(s). A delta is called an overhead only "
                 "when it exceeds the run-to-run spread (noise band) of the noisier deployment.",
                 ["c", f"{b}", f"{st}", "delta", "noise band", "verdict"],
-                [[str(lv.concurrency), _f(lv.baseline_tok_s), _f(lv.stack_tok_s), _f(lv.delta_pct, "{:+.1f}%"),
-                  _f(lv.noise_pct, "±{:.1f}%"), lv.verdict] for lv in s.levels]))
+                [[str(lv.concurrency), fmt(lv.baseline_tok_s), fmt(lv.stack_tok_s), fmt(lv.delta_pct, "{:+.1f}%"),
+                  fmt(lv.noise_pct, "±{:.1f}%"), lv.verdict] for lv in s.levels]))
     out.append(("Latency and goodput", "Goodput: share of all sent requests (failures count) within the SLO.",
                 ["c", f"{b} TTFT p95 ms", f"{b} goodput", f"{b} good req/s", f"{st} TTFT p95 ms", f"{st} goodput",
                  f"{st} good req/s"],
-                [[str(lv.concurrency), _f(lv.baseline_ttft_p95_ms), _pct(lv.baseline_goodput),
-                  _f(lv.baseline_good_rps, "{:.2f}"), _f(lv.stack_ttft_p95_ms), _pct(lv.stack_goodput),
-                  _f(lv.stack_good_rps, "{:.2f}")] for lv in s.levels]))
+                [[str(lv.concurrency), fmt(lv.baseline_ttft_p95_ms), _pct(lv.baseline_goodput),
+                  fmt(lv.baseline_good_rps, "{:.2f}"), fmt(lv.stack_ttft_p95_ms), _pct(lv.stack_goodput),
+                  fmt(lv.stack_good_rps, "{:.2f}")] for lv in s.levels]))
     rows = cpu_rows(s)
     out.append(("Where the CPU went (cores)", CPU_HOST_NOTE + f" Processes under {MINOR_CORES} cores at every "
                 "level are summed as 'other'.", ["deployment", "process", *[f"c={lv.concurrency}" for lv in s.levels]],
@@ -69,12 +65,12 @@ def cpu_rows(s: CompareSummary) -> list[list[str]]:
         major = [k for k in labels if any(c.get(k, 0.0) >= MINOR_CORES for c in per_level)]
         minor = [k for k in labels if k not in major]
         for k in major:
-            rows.append([side, k, *[_f(c.get(k), "{:.2f}") for c in per_level]])
+            rows.append([side, k, *[fmt(c.get(k), "{:.2f}") for c in per_level]])
         if minor:
             rows.append([side, f"other ({len(minor)} processes)",
-                         *[_f(sum(c.get(k, 0.0) for k in minor), "{:.2f}") for c in per_level]])
-        rows.append([side, "**deployment total**", *[_f(sum(c.values()) if c else None, "{:.2f}") for c in per_level]])
-        rows.append([side, "load client", *[_f(getattr(lv, f"{side}_client_cores"), "{:.2f}") for lv in s.levels]])
+                         *[fmt(sum(c.get(k, 0.0) for k in minor), "{:.2f}") for c in per_level]])
+        rows.append([side, "**deployment total**", *[fmt(sum(c.values()) if c else None, "{:.2f}") for c in per_level]])
+        rows.append([side, "load client", *[fmt(getattr(lv, f"{side}_client_cores"), "{:.2f}") for lv in s.levels]])
     return rows
 
 
@@ -155,8 +151,8 @@ def _headline(s: CompareSummary) -> list[str]:
     if top and top.delta_pct is not None:
         lines.append(f"- at c={top.concurrency}: {s.stack} {top.stack_tok_s:.0f} tok/s vs {top.baseline_tok_s:.0f} "
                      f"({top.delta_pct:+.1f}%, {top.verdict}); goodput {_pct(top.stack_goodput)} vs "
-                     f"{_pct(top.baseline_goodput)}; TTFT p95 {_f(top.stack_ttft_p95_ms)} vs "
-                     f"{_f(top.baseline_ttft_p95_ms)} ms")
+                     f"{_pct(top.baseline_goodput)}; TTFT p95 {fmt(top.stack_ttft_p95_ms)} vs "
+                     f"{fmt(top.baseline_ttft_p95_ms)} ms")
     lines.append("- engine settings applied identically: " + ("yes" if s.settings_match else
                                                               "NO — " + "; ".join(s.settings_mismatches)))
     for label, why in s.failures.items():
@@ -217,7 +213,7 @@ def all_stacks_rows(results: Path) -> list[list[str]]:
             rows.append([s.stack, "yes" if s.in_request_path else "no",
                          s.versions.get("stack", "—") + ("" if s.version_match else " (≠ baseline)"),
                          f"{top.delta_pct:+.1f}% at c={top.concurrency} ({top.verdict})" if top else "—",
-                         _pct(top.stack_goodput) if top else "—", _f(top.stack_ttft_p95_ms) if top else "—", vis,
+                         _pct(top.stack_goodput) if top else "—", fmt(top.stack_ttft_p95_ms) if top else "—", vis,
                          run_dir.name, s.status])
         elif sum_path.exists():
             d = json.loads(sum_path.read_text())
@@ -225,7 +221,7 @@ def all_stacks_rows(results: Path) -> list[list[str]]:
             status = json.loads(meta_path.read_text()).get("status", "?") if meta_path.exists() else "?"
             last = d["levels"][-1]["stats"] if d.get("levels") else None
             rows.append([d["stack"], "—", d.get("engine_version", "—"), "— (single run)",
-                         _pct(last["goodput"]) if last else "—", _f(last["ttft_ms"]["p95"]) if last else "—", "—",
+                         _pct(last["goodput"]) if last else "—", fmt(last["ttft_ms"]["p95"]) if last else "—", "—",
                          run_dir.name, status])
     return rows
 

@@ -74,7 +74,8 @@ def scrape_once(client: httpx.Client, name: str, url: str) -> Scrape:
 
 def _scrape_loop(endpoints: dict[str, str], interval_s: float, out_path: str, tags: dict,
                  level: Synchronized, stop: EventType) -> None:
-    with httpx.Client(timeout=min(interval_s, 5.0)) as client, open(out_path, "a") as out:
+    # a loaded engine can take longer than a short interval to answer: give each scrape at least 1 s
+    with httpx.Client(timeout=max(1.0, min(interval_s, 5.0))) as client, open(out_path, "a") as out:
         next_t = time.monotonic()
         while not stop.is_set():
             for name, url in endpoints.items():
@@ -116,7 +117,12 @@ class Scraper:
         self._level.value = value or 0
 
     def __enter__(self) -> Scraper:
+        """Starts the process and returns once its first scrape is on disk, so load never starts unobserved
+        (spawning it and importing httpx takes seconds on a loaded host)."""
         self._proc.start()
+        deadline = time.monotonic() + 60
+        while self.out_path.stat().st_size <= self._offset and self._proc.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)  # polling the file the process writes; the condition above is the readiness check
         return self
 
     def __exit__(self, *exc) -> None:

@@ -69,11 +69,12 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
                 n = profile.requests_for(c)
                 desc = f"{summary.label} {stack.kind} c={c}" + (f" rep {rep + 1}/{n_repeats}" if n_repeats > 1 else "")
                 task = progress.add_task(desc, total=n)
+                done = [0]
 
-                def advance(_rec, t=task) -> None:
+                def advance(_rec, t=task, done=done, n=n) -> None:
                     # a level may outrun its request count (min_duration_s): grow the bar instead of overflowing
-                    done = progress.tasks[t].completed + 1
-                    progress.update(t, completed=done, total=max(done, progress.tasks[t].total or 0))
+                    done[0] += 1
+                    progress.update(t, completed=done[0], total=max(done[0], n))
 
                 scraper.level = c
                 run = asyncio.run(run_level(
@@ -84,8 +85,7 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
                 scraper.level = None
                 level_scrapes = [s for s in scraper.new_scrapes() if s["level"] == c]
                 progress.update(task, total=len(run.records), completed=len(run.records))
-                records = [RequestRecord(**{k: v for k, v in r.items() if k in RequestRecord.__slots__})
-                           for r in run.records]
+                records = [RequestRecord.from_json(r) for r in run.records]
                 stats = level_stats(records, c, profile.slo, repeat=rep)
                 summary.levels.append(LevelSummary(
                     stats=stats, client=run.client, process_cpu_s=run.process_cpu_s, window_s=run.window_s,

@@ -76,6 +76,12 @@ class ManagedProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def exit_reason(self) -> str | None:
+        """Why this server is no longer running, or None while it runs (or was never started)."""
+        if self.proc is None or self.proc.poll() is None:
+            return None
+        return f"{self.name} exited (code {self.proc.returncode}); see {self.log_path}"
+
     def tree(self) -> list[psutil.Process]:
         """The process and all its descendants now; remembered so teardown can verify each one ended."""
         if not self.alive():

@@ -157,9 +157,7 @@ class RayStack(Stack):
         return VllmStack(self.settings.model_copy(update={"options": {}}))
 
     def dead(self) -> str | None:
-        if self.proc is not None and not self.proc.alive():
-            return f"{self.kind} exited (code {self.proc.proc.returncode}); see {self.log_path}"
-        return None
+        return self.proc.exit_reason() if self.proc is not None else None
 
     def processes(self) -> dict[str, list[psutil.Process]]:
         return {"ray": self.proc.tree()} if self.proc else {}

@@ -104,7 +104,7 @@ class SimStack(Stack):
 
     def dead(self) -> str | None:
         servers = [self.engine, *([p] if (p := getattr(self, "proxy", None)) else [])]
-        gone = [f"{s.name} exited (see {s.log_path})" for s in servers if self._up and not s.proc.alive()]
+        gone = [why for s in servers if self._up and (why := s.proc.exit_reason())]
         return "; ".join(gone) or None
 
     def processes(self) -> dict[str, list[psutil.Process]]:

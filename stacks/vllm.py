@@ -130,9 +130,7 @@ class VllmStack(Stack):
         return self  # bare vLLM is its own baseline
 
     def dead(self) -> str | None:
-        if self.proc is not None and not self.proc.alive():
-            return f"{self.kind} exited (code {self.proc.proc.returncode}); see {self.log_path}"
-        return None
+        return self.proc.exit_reason() if self.proc is not None else None
 
     def processes(self) -> dict[str, list[psutil.Process]]:
         return {"vllm": self.proc.tree()} if self.proc else {}

@@ -36,7 +36,7 @@ def measure(stack, concurrency=4, n=24, max_tokens=16, warmup=1, api="completion
     client = StreamClient(ep.base_url, ep.model, api=api, max_tokens=max_tokens, timeout_s=30)
     gen = PromptGenerator(new_run_id("t"), stack.kind, 32)
     run = asyncio.run(run_level(client, gen, concurrency, n, warmup_waves=warmup, **kw))
-    recs = [RequestRecord(**{k: v for k, v in r.items() if k in RequestRecord.__slots__}) for r in run.records]
+    recs = [RequestRecord.from_json(r) for r in run.records]
     return level_stats(recs, concurrency, SLO()), run
 
 

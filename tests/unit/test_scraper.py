@@ -25,7 +25,7 @@ class FlakyMetrics:
                 with owner.lock:
                     mode = owner.script.pop(0) if owner.script else "ok"
                 if mode == "slow":
-                    time.sleep(1.0)  # longer than the scraper's timeout
+                    time.sleep(2.5)  # longer than the scraper's timeout (>= 1 s)
                     mode = "ok"
                 code, body = {"ok": (200, GOOD), "500": (500, b"boom"), "garbage": (200, b"<html>oops</html>")}[mode]
                 try:
