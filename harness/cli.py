@@ -60,6 +60,14 @@ def recorded(writer: RunWriter):
         writer.finish(out.status, out.reason)
 
 
+def place(profile: LoadProfile) -> dict:
+    """Client priority and cores before anything is deployed (deployments inherit neither); for run.json."""
+    from harness.placement import apply
+
+    p = apply(profile.client_nice, profile.client_cpus)
+    return {**p.model_dump(), "sentence": p.sentence()}
+
+
 def deploy_and_measure(stack, profile: LoadProfile, writer: RunWriter, label: str, repeats: int | None = None):
     """Deploy (if needed), wait, verify, sweep. The caller owns teardown via the stack's context manager."""
     from harness.sweep import RunSummary, measure
@@ -85,8 +93,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     stack_cls = get_stack(args.stack)
     run_id = new_run_id(args.stack)
     stack = stack_cls(_settings(args, profile, Path(args.results_dir) / run_id / "logs"))  # validates options
-    writer = RunWriter(run_id, Path(args.results_dir),
-                       meta={"command": "run", "stack": args.stack, "profile": profile.model_dump()})
+    writer = RunWriter(run_id, Path(args.results_dir), meta={
+        "command": "run", "stack": args.stack, "profile": profile.model_dump(), "placement": place(profile)})
     console.print(f"run [bold]{run_id}[/] → {writer.dir}")
     summary = None
     with recorded(writer) as outcome:
@@ -113,7 +121,7 @@ def _settings(args: argparse.Namespace, profile: LoadProfile, log_dir: Path):
 def cmd_compare(args: argparse.Namespace) -> int:
     import time
 
-    from harness.compare import run_compare
+    from harness.compare import latest_aa, observer_effect, run_compare
     from harness.report import REPORTS_DIR, write_report
     from stacks.base import get_stack
 
@@ -122,8 +130,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     repeats = args.repeats or max(profile.repeats, 2)  # a noise band needs at least two sweeps
     run_id = new_run_id(f"compare-{args.stack}")
     stack = stack_cls(_settings(args, profile, Path(args.results_dir) / run_id / "logs"))  # validates options
+    placement = place(profile)
     writer = RunWriter(run_id, Path(args.results_dir), meta={"command": "compare", "stack": args.stack,
-                                                            "repeats": repeats, "profile": profile.model_dump()})
+                                                            "repeats": repeats, "profile": profile.model_dump(),
+                                                            "placement": placement})
     console.print(f"compare [bold]{run_id}[/]: {args.stack} vs its version-matched baseline → {writer.dir}")
     t0 = time.monotonic()
     summary = None
@@ -135,6 +145,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if summary is None:
         return outcome.exit_code(writer)
     summary.wall_s = time.monotonic() - t0
+    summary.placement, summary.host_cores = placement["sentence"], placement["host_cores"]
+    summary.aa = latest_aa(Path(args.results_dir), profile.name, exclude=run_id)
+    summary.observer_effect = observer_effect(profile.scrape)
     writer.write_json("compare.json", summary.model_dump())
     report = write_report(summary, Path(args.reports_dir) / run_id if args.reports_dir else REPORTS_DIR / run_id)
     console.print(report.read_text(), markup=False, highlight=False)
@@ -154,7 +167,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
     stack_cls = get_stack(args.stack)
     run_id = new_run_id(f"audit-{args.stack}")
     stack = stack_cls(_settings(args, profile, Path(args.results_dir) / run_id / "logs"))  # validates options
-    writer = RunWriter(run_id, Path(args.results_dir), meta={"command": "audit", "stack": args.stack})
+    writer = RunWriter(run_id, Path(args.results_dir), meta={"command": "audit", "stack": args.stack,
+                                                            "placement": place(profile)})
     live = {}
     with recorded(writer) as outcome:
         for label, target in (("baseline", stack.baseline() or stack), ("stack", stack)):

@@ -1,9 +1,14 @@
 """A layer against its version-matched bare vLLM: baseline first, then the stack, one at a time (one
 accelerator is assumed: the first is torn down and verified freed before the second starts), the same
-profile with fresh unique prefixes, N repeats each. Per level: throughput delta against the run-to-run
-spread, TTFT p95, goodput, and where the CPU went, process by process."""
+profile with fresh unique prefixes, N repeats each. Per level: throughput delta with its 95% interval
+(harness/noise.py), TTFT p95, goodput, whether each side was steady, and where the CPU went, process by
+process. `compare --stack vllm` is the A/A run: bare vLLM against a second bare vLLM deployment, the
+method's noise floor on this host; every compare report quotes the latest one for its profile."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import numpy as np
 from pydantic import BaseModel
@@ -11,8 +16,10 @@ from rich.console import Console
 
 from harness.audit import AuditResult, LiveFacts, audit_from_scrapes, live_facts, refresh_logs
 from harness.errors import LayerbenchError
+from harness.noise import DeltaInterval, delta_interval
 from harness.profile import LoadProfile
 from harness.results import RunWriter, read_jsonl
+from harness.steady import likely_cause
 from harness.sweep import LevelSummary, RunSummary
 from stacks.base import AppliedConfig, Stack
 
@@ -22,8 +29,13 @@ class LevelDelta(BaseModel):
     baseline_tok_s: float | None
     stack_tok_s: float | None
     delta_pct: float | None
-    noise_pct: float | None  # run-to-run spread ((max - min) / mean) of the noisier deployment; None: 1 repeat
-    verdict: str  # "overhead" | "gain" | "within noise" | "no noise band (1 repeat)" | "missing"
+    ci: DeltaInterval | None  # 95% interval of the delta; None: not enough values
+    noise_pct: float | None  # the interval's half-width, for the plot's band
+    verdict: str  # "overhead" | "gain" | "within noise" | "no interval" | "missing"
+    baseline_not_steady: list[str] = []  # one line per unsteady repeat, with its reasons
+    stack_not_steady: list[str] = []
+    baseline_modes: list[str] = []  # bimodal TTFT, per repeat where found
+    stack_modes: list[str] = []
     baseline_ttft_p95_ms: float | None
     stack_ttft_p95_ms: float | None
     baseline_goodput: float | None
@@ -34,6 +46,13 @@ class LevelDelta(BaseModel):
     stack_cpu_cores: dict[str, float]
     baseline_client_cores: float | None
     stack_client_cores: float | None
+
+
+class AAReference(BaseModel):
+    """The latest A/A compare (bare vLLM vs bare vLLM) of the same profile: this host's noise floor."""
+
+    run_id: str
+    levels: dict[int, tuple[float | None, float | None, str]]  # c -> (delta %, interval half-width %, verdict)
 
 
 class CompareSummary(BaseModel):
@@ -55,12 +74,53 @@ class CompareSummary(BaseModel):
     audit: AuditResult | None = None
     wall_s: float | None = None
     runs: dict[str, RunSummary] = {}
+    aa: AAReference | None = None
+    scrape_policy: str = "boundary"
+    observer_effect: str | None = None  # what the observer benchmark measured for this policy, where it exists
+    placement: str | None = None
+    host_cores: int = 0
 
 
-def spread_pct(values: list[float]) -> float | None:
-    if len(values) < 2 or not np.mean(values):
+def latest_aa(results: Path, profile: str, exclude: str | None = None) -> AAReference | None:
+    for path in sorted(results.glob("*compare-vllm*/compare.json"), reverse=True):
+        if path.parent.name == exclude:
+            continue
+        try:
+            s = CompareSummary.model_validate_json(path.read_text())
+        except ValueError:
+            continue  # written by another version of layerbench
+        if s.status == "complete" and s.profile == profile and s.stack == "vllm":
+            return AAReference(run_id=s.run_id, levels={lv.concurrency: (
+                lv.delta_pct, lv.ci.half_width_pct if lv.ci else None, lv.verdict) for lv in s.levels})
+    return None
+
+
+HARNESS_BENCH = Path("reports/harness/harness-bench.json")  # written by `make bench-harness`
+
+
+def observer_effect(policy: str, path: Path = HARNESS_BENCH) -> str | None:
+    """What the observer benchmark measured for this scrape policy on this host, in one sentence."""
+    try:
+        return json.loads(path.read_text())["observer_effect"]["policies"][policy]
+    except (OSError, ValueError, KeyError):
         return None
-    return 100.0 * (max(values) - min(values)) / float(np.mean(values))
+
+
+def _side_interval(b: list[LevelSummary], s: list[LevelSummary]) -> DeltaInterval | None:
+    """From repeats when both sides have >= 2, else from the time blocks of single windows."""
+    b_tok = [lv.stats.throughput_tok_s for lv in b]
+    s_tok = [lv.stats.throughput_tok_s for lv in s]
+    if len(b_tok) >= 2 and len(s_tok) >= 2:
+        return delta_interval(b_tok, s_tok)
+    b_blk = [x for lv in b for x in lv.stats.steady.blocks_tok_s]
+    s_blk = [x for lv in s for x in lv.stats.steady.blocks_tok_s]
+    ci = delta_interval(b_blk, s_blk, source="blocks (1 repeat)")
+    if ci is None:
+        return None
+    # the blocks' ratio is of full-load rates; centre the interval on the measured windows' ratio
+    point = 100.0 * (float(np.mean(s_tok)) / float(np.mean(b_tok)) - 1.0)
+    shift = point - ci.delta_pct
+    return ci.model_copy(update={"delta_pct": point, "lo_pct": ci.lo_pct + shift, "hi_pct": ci.hi_pct + shift})
 
 
 def _cores(levels: list[LevelSummary]) -> tuple[dict[str, float], float | None]:
@@ -83,16 +143,8 @@ def level_deltas(base: RunSummary | None, stack: RunSummary | None, concurrency:
         bt = float(np.mean(b_tok)) if b_tok else None
         st = float(np.mean(s_tok)) if s_tok else None
         delta = 100.0 * (st - bt) / bt if bt and st is not None else None
-        spreads = [x for x in (spread_pct(b_tok), spread_pct(s_tok)) if x is not None]
-        noise = max(spreads) if spreads else None
-        if delta is None:
-            verdict = "missing"
-        elif noise is None:
-            verdict = "no noise band (1 repeat)"
-        elif abs(delta) <= noise:
-            verdict = "within noise"
-        else:
-            verdict = "overhead" if delta < 0 else "gain"
+        ci = _side_interval(b, s) if delta is not None else None
+        verdict = "missing" if delta is None else ci.verdict if ci else "no interval"
 
         def mean(levels: list[LevelSummary], f) -> float | None:
             vals = [f(lv) for lv in levels if f(lv) is not None]
@@ -101,7 +153,11 @@ def level_deltas(base: RunSummary | None, stack: RunSummary | None, concurrency:
         b_cores, b_client = _cores(b)
         s_cores, s_client = _cores(s)
         out.append(LevelDelta(
-            concurrency=c, baseline_tok_s=bt, stack_tok_s=st, delta_pct=delta, noise_pct=noise, verdict=verdict,
+            concurrency=c, baseline_tok_s=bt, stack_tok_s=st, delta_pct=delta, ci=ci,
+            noise_pct=ci.half_width_pct if ci else None, verdict=verdict,
+            baseline_not_steady=_unsteady(b), stack_not_steady=_unsteady(s),
+            baseline_modes=[f"r{lv.stats.repeat + 1}: {lv.stats.ttft_modes.text()}" for lv in b if lv.stats.ttft_modes],
+            stack_modes=[f"r{lv.stats.repeat + 1}: {lv.stats.ttft_modes.text()}" for lv in s if lv.stats.ttft_modes],
             baseline_ttft_p95_ms=mean(b, lambda lv: lv.stats.ttft_ms.p95),
             stack_ttft_p95_ms=mean(s, lambda lv: lv.stats.ttft_ms.p95),
             baseline_goodput=mean(b, lambda lv: lv.stats.goodput), stack_goodput=mean(s, lambda lv: lv.stats.goodput),
@@ -111,6 +167,12 @@ def level_deltas(base: RunSummary | None, stack: RunSummary | None, concurrency:
             baseline_client_cores=b_client, stack_client_cores=s_client,
         ))
     return out
+
+
+def _unsteady(levels: list[LevelSummary]) -> list[str]:
+    return [f"r{lv.stats.repeat + 1}: " + "; ".join(lv.stats.steady.reasons) + " — likely cause: "
+            + likely_cause(lv.stats.steady, lv.stats.ttft_modes, lv.client.starved) for lv in levels
+            if lv.stats.steady.steady is False]
 
 
 def settings_diff(a: AppliedConfig, b: AppliedConfig) -> list[str]:
@@ -147,6 +209,7 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
         profile=profile.name, repeats=repeats, versions=versions,
         version_match=versions["baseline"] == versions["stack"],
         applied={}, settings_match=False, settings_mismatches=[], options=dict(stack.settings.options),
+        scrape_policy=profile.scrape,
     )
     live: dict[str, LiveFacts] = {}
     for label, target in (("baseline", baseline), ("stack", stack)):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from harness.steady import likely_cause
 from harness.sweep import RunSummary
+from harness.topology import cores_sentence
 
 
 def fmt(v: float | None, pattern: str = "{:.1f}") -> str:
@@ -20,8 +22,13 @@ def level_rows(summary: RunSummary) -> list[list[str]]:
     for lv in summary.levels:
         s = lv.stats
         note = []
-        if lv.client.bottleneck:
-            note.append("CLIENT BOTTLENECK: " + "; ".join(lv.client.reasons))
+        if lv.client.reasons:
+            note.append("; ".join(lv.client.reasons))
+        if s.steady.steady is False:
+            note.append("NOT STEADY: " + "; ".join(s.steady.reasons) + " (likely cause: "
+                        + likely_cause(s.steady, s.ttft_modes, lv.client.starved) + ")")
+        if s.ttft_modes:
+            note.append(s.ttft_modes.text())
         if s.failed:
             note.append("errors " + ", ".join(f"{k}={v}" for k, v in s.errors.items()))
         if lv.server.gaps:
@@ -60,12 +67,38 @@ def summary_markdown(summary: RunSummary, meta: dict) -> str:
         f"- applied: max_model_len={a.max_model_len}, KV cache tokens={a.kv_cache_tokens}, "
         f"max concurrency={a.max_concurrency}x at {a.max_concurrency_at_tokens} tokens/request",
         f"- host: {meta.get('host', {}).get('cpus')} CPUs, git {meta.get('git')}",
-        f"- metric scrapes: {summary.scrapes}, gaps: {summary.scrape_gaps}",
+        f"- metric scrapes: {summary.scrapes} ({scrape_policy_text(summary.scrape_policy)}), gaps: "
+        f"{summary.scrape_gaps}; a scrape took {fmt(summary.scrape_ms.p50)} ms p50, {fmt(summary.scrape_ms.max)} max",
+        f"- placement: {meta.get('placement', {}).get('sentence', '—')}",
+        "- cores: " + cores_sentence(summary.cores, meta.get("placement", {}).get("host_cores", 0),
+                                     summary.engine_binding, summary.sampler_cpu_pct),
+        f"- warmup sweep over every level before measuring: {'yes' if summary.warmup_sweep else 'no'}",
         "",
         markdown_table(LEVEL_COLUMNS, level_rows(summary)),
         "",
     ]
-    if summary.client_bottleneck_levels:
-        lines.append(f"**Warning:** the load client was the bottleneck at c={summary.client_bottleneck_levels}; "
-                     "those levels measure the client as much as the server.")
+    lines += [f"**Warning:** {w}" for w in health_warnings(summary)]
     return "\n".join(lines) + "\n"
+
+
+def scrape_policy_text(policy: str) -> str:
+    return {"boundary": "policy boundary: read before and after each measured window, never during it",
+            "interval": "policy interval: also polled during the measured windows, whose figures include the "
+                        "scrapes' cost",
+            "none": "policy none: not scraped"}.get(policy, policy)
+
+
+def health_warnings(summary: RunSummary, who: str = "") -> list[str]:
+    """One line per kind of trouble, saying what it means for the numbers."""
+    out = []
+    if summary.client_saturated_levels:
+        out.append(f"the load client was saturated{who} at c={summary.client_saturated_levels}: those levels "
+                   "measure the client as much as the server.")
+    if summary.client_starved_levels:
+        out.append(f"the load client was starved of CPU by the deployment{who} at "
+                   f"c={summary.client_starved_levels} (high event-loop lag at low client CPU): timestamps there "
+                   "are late by up to the loop lag shown in the level's note.")
+    if summary.not_steady_levels:
+        out.append(f"not steady{who} at c={summary.not_steady_levels}: the two halves of the window differ by more "
+                   "than their noise (see the level's note); the level's mean hides a change of state.")
+    return out

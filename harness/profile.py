@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from harness.errors import LayerbenchError
 
@@ -54,7 +54,19 @@ class LoadProfile(BaseModel):
     api: Literal["completions", "chat"] = "completions"
     ignore_eos: bool = True
     request_timeout_s: float = Field(120.0, gt=0)
+    scrape: Literal["boundary", "interval", "none"] = Field(
+        "boundary", description="boundary: every metric endpoint is read just before and just after each measured "
+        "window, never during it (the default: a 2 s poll of vLLM's /metrics moved its TTFT p50 5x on a 2-core "
+        "host); interval: also every scrape_interval_s during the window (seed 000's time series of waiting "
+        "requests and KV-cache usage; its cost lands in the measured figures); none: no scraping")
     scrape_interval_s: float = Field(2.0, gt=0)
+    warmup_sweep: bool | None = Field(
+        None, description="one unmeasured wave at every level before the first measured level, so a compiled "
+        "engine has seen every batch shape; default: on unless engine.enforce_eager")
+    client_nice: int = Field(-5, ge=-20, le=19, description="scheduling priority of the load client and scraper; "
+                             "the deployment keeps the priority layerbench was started with")
+    client_cpus: int = Field(1, ge=0, description="cores reserved for the load client and scraper, the deployment "
+                             "gets the rest; applied only on hosts with at least client_cpus + 2 cores")
     repeats: int = Field(1, ge=1)
     slo: SLO = Field(default_factory=SLO)
     engine: EngineSettings = Field(default_factory=EngineSettings)
@@ -65,6 +77,23 @@ class LoadProfile(BaseModel):
         if not v or any(c < 1 for c in v):
             raise ValueError("concurrency levels must be positive integers")
         return sorted(set(v))
+
+    @model_validator(mode="after")
+    def _long_enough(self) -> LoadProfile:
+        """Every level must hold a stationarity split, and under `interval` scraping at least one scrape."""
+        from harness.steady import min_requests
+
+        short = [c for c in self.concurrency if self.requests_for(c) < min_requests()]
+        if short:
+            raise ValueError(f"levels {short} send fewer than {min_requests()} requests, too few to check that the "
+                             "level is steady (two halves of >= 10): raise `requests` or `requests_per_concurrency`")
+        if self.scrape == "interval" and self.min_duration_s < self.scrape_interval_s:
+            raise ValueError(f"with scrape: interval a level must hold one scrape: set `min_duration_s` "
+                             f"({self.min_duration_s}) >= `scrape_interval_s` ({self.scrape_interval_s})")
+        return self
+
+    def warms_every_level(self) -> bool:
+        return self.warmup_sweep if self.warmup_sweep is not None else not self.engine.enforce_eager
 
     def requests_for(self, concurrency: int) -> int:
         """Window size: short windows at high concurrency are all ramp and tail (see DESIGN, window size)."""
@@ -98,6 +127,7 @@ def load_profile(name_or_path: str) -> LoadProfile:
         return LoadProfile.model_validate(data)
     except ValidationError as e:
         problems = "; ".join(
-            f"field '{'.'.join(str(x) for x in err['loc'])}': {err['msg']}" for err in e.errors()
+            (f"field '{'.'.join(str(x) for x in err['loc'])}': " if err["loc"] else "")
+            + err["msg"].removeprefix("Value error, ") for err in e.errors()
         )
         raise LayerbenchError(f"profile {path} is malformed: {problems}") from None

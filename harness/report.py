@@ -9,7 +9,8 @@ from pathlib import Path
 
 from harness.audit import AuditResult
 from harness.compare import CompareSummary
-from harness.output import fmt, markdown_table
+from harness.output import fmt, health_warnings, markdown_table, scrape_policy_text
+from harness.topology import cores_sentence
 
 REPORTS_DIR = Path("reports")
 CPU_HOST_NOTE = (
@@ -19,13 +20,20 @@ CPU_HOST_NOTE = (
 )
 
 
+def side_names(s: CompareSummary) -> tuple[str, str]:
+    """Column names; an A/A compare has the same stack on both sides."""
+    if s.baseline_stack == s.stack:
+        return f"{s.baseline_stack} (A)", f"{s.stack} (B)"
+    return s.baseline_stack, s.stack
+
+
 def _pct(v: float | None) -> str:
     return "—" if v is None else f"{100 * v:.0f}%"
 
 
 def tables(s: CompareSummary) -> list[tuple[str, str, list[str], list[list[str]]]]:
     """(title, caption, header, rows) for every table of the report; md and html render the same data."""
-    b, st = s.baseline_stack, s.stack
+    b, st = side_names(s)
     out = []
     out.append(("Versions and engine settings", "Both deployments must run the same engine with the same settings; "
                 "the values below are what each one reported applying (/v1/models, startup log).",
@@ -34,17 +42,30 @@ def tables(s: CompareSummary) -> list[tuple[str, str, list[str], list[list[str]]
                 + [[field, str(getattr(s.applied.get("baseline"), field, "—")),
                     str(getattr(s.applied.get("stack"), field, "—"))]
                    for field in ("max_model_len", "kv_cache_tokens", "max_concurrency", "max_concurrency_at_tokens")]))
-    out.append(("Throughput (output tok/s)", f"Mean of {s.repeats} repeat(s). A delta is called an overhead only "
-                "when it exceeds the run-to-run spread (noise band) of the noisier deployment.",
-                ["c", f"{b}", f"{st}", "delta", "noise band", "verdict"],
+    aa = s.aa.levels if s.aa else {}
+    out.append(("Throughput (output tok/s)", f"Mean of {s.repeats} repeat(s). The delta's 95% interval comes from "
+                "the repeats (Welch's t on the log ratio); a delta is an overhead or a gain only when its interval "
+                "excludes 0." + (f" A/A: the latest bare-vLLM-vs-bare-vLLM compare of this profile ({s.aa.run_id}), "
+                                 "this host's noise floor." if s.aa else " No A/A compare of this profile yet "
+                                 "(`make compare STACK=vllm`)."),
+                ["c", f"{b}", f"{st}", "delta", "95% interval", "verdict", "A/A delta (± half-width)"],
                 [[str(lv.concurrency), fmt(lv.baseline_tok_s), fmt(lv.stack_tok_s), fmt(lv.delta_pct, "{:+.1f}%"),
-                  fmt(lv.noise_pct, "±{:.1f}%"), lv.verdict] for lv in s.levels]))
+                  lv.ci.text() + ("" if lv.ci.source == "repeats" else f" ({lv.ci.source})") if lv.ci else "—",
+                  lv.verdict, _aa_cell(aa.get(lv.concurrency))] for lv in s.levels]))
     out.append(("Latency and goodput", "Goodput: share of all sent requests (failures count) within the SLO.",
                 ["c", f"{b} TTFT p95 ms", f"{b} goodput", f"{b} good req/s", f"{st} TTFT p95 ms", f"{st} goodput",
                  f"{st} good req/s"],
                 [[str(lv.concurrency), fmt(lv.baseline_ttft_p95_ms), _pct(lv.baseline_goodput),
                   fmt(lv.baseline_good_rps, "{:.2f}"), fmt(lv.stack_ttft_p95_ms), _pct(lv.stack_goodput),
                   fmt(lv.stack_good_rps, "{:.2f}")] for lv in s.levels]))
+    steady = [[str(lv.concurrency), side, "; ".join(getattr(lv, f"{key}_not_steady")) or "steady",
+               "; ".join(getattr(lv, f"{key}_modes")) or "—"]
+              for lv in s.levels for side, key in ((b, "baseline"), (st, "stack"))
+              if getattr(lv, f"{key}_not_steady") or getattr(lv, f"{key}_modes")]
+    out.append(("Steady state and TTFT modes", "A level is not steady when the two halves of its full-load window "
+                "differ in tok/s or TTFT p50 by more than their noise; bimodal TTFT gives the slow share and how "
+                "the slow requests cluster in streaks. Levels not listed were steady and unimodal on both sides.",
+                ["c", "deployment", "steady?", "TTFT modes"], steady or [["all", "both", "steady", "unimodal"]]))
     rows = cpu_rows(s)
     out.append(("Where the CPU went (cores)", CPU_HOST_NOTE + f" Processes under {MINOR_CORES} cores at every "
                 "level are summed as 'other'.", ["deployment", "process", *[f"c={lv.concurrency}" for lv in s.levels]],
@@ -53,6 +74,12 @@ def tables(s: CompareSummary) -> list[tuple[str, str, list[str], list[list[str]]
 
 
 MINOR_CORES = 0.05
+
+
+def _aa_cell(v: tuple[float | None, float | None, str] | None) -> str:
+    if v is None or v[0] is None:
+        return "—"
+    return f"{v[0]:+.1f}% (±{v[1]:.1f}%)" if v[1] is not None else f"{v[0]:+.1f}%"
 
 
 def cpu_rows(s: CompareSummary) -> list[list[str]]:
@@ -114,7 +141,7 @@ def plots(s: CompareSummary, out: Path) -> list[str]:
          lambda lv: lv.stack_goodput),
     ):
         fig, ax = plt.subplots(figsize=(6, 3.6))
-        for label, f, style in ((s.baseline_stack, bf, "o-"), (s.stack, sf, "s-")):
+        for label, f, style in ((side_names(s)[0], bf, "o-"), (side_names(s)[1], sf, "s-")):
             pts = [(c, f(lv)) for c, lv in zip(cs, s.levels, strict=True) if f(lv) is not None]
             if pts:
                 ax.plot(*zip(*pts, strict=True), style, label=label)
@@ -125,11 +152,12 @@ def plots(s: CompareSummary, out: Path) -> list[str]:
         ax.legend()
         save(name, fig)
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    pts = [(lv.concurrency, lv.delta_pct, lv.noise_pct or 0.0) for lv in s.levels if lv.delta_pct is not None]
+    pts = [(lv.concurrency, lv.delta_pct, lv.ci) for lv in s.levels if lv.delta_pct is not None]
     if pts:
-        c, d, n = zip(*pts, strict=True)
-        ax.fill_between(c, [-x for x in n], n, alpha=0.25, label="noise band (run-to-run spread)")
-        ax.plot(c, d, "o-", label=f"{s.stack} vs {s.baseline_stack}")
+        c, d, ci = zip(*pts, strict=True)
+        err = [[x - i.lo_pct if i else 0 for x, i in zip(d, ci, strict=True)],
+               [i.hi_pct - x if i else 0 for x, i in zip(d, ci, strict=True)]]
+        ax.errorbar(c, d, yerr=err, fmt="o-", capsize=4, label=f"{s.stack} vs {s.baseline_stack} (95% interval)")
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xscale("log", base=2)
     ax.set_xticks(cs, [str(x) for x in cs])
@@ -142,7 +170,8 @@ def plots(s: CompareSummary, out: Path) -> list[str]:
 
 def _headline(s: CompareSummary) -> list[str]:
     top = s.levels[-1] if s.levels else None
-    lines = [f"- stack **{s.stack}** (in the request path: {'yes' if s.in_request_path else 'no'}) vs baseline "
+    aa = " (A/A: a second deployment of the same bare vLLM, this host's noise floor)" if s.stack == "vllm" else ""
+    lines = [f"- stack **{s.stack}**{aa} (in the request path: {'yes' if s.in_request_path else 'no'}) vs baseline "
              f"**{s.baseline_stack}**; vLLM {s.versions.get('baseline')} / {s.versions.get('stack')} "
              f"({'same version' if s.version_match else 'VERSIONS DIFFER'}); profile `{s.profile}`, "
              f"{s.repeats} repeat(s); status **{s.status}**" + (f"; wall time {s.wall_s:.0f} s" if s.wall_s else "")]
@@ -157,10 +186,13 @@ def _headline(s: CompareSummary) -> list[str]:
                                                               "NO — " + "; ".join(s.settings_mismatches)))
     for label, why in s.failures.items():
         lines.append(f"- **{label} failed**: {why.splitlines()[0]} (what was measured before is kept)")
+    lines.append(f"- metric scraping: {scrape_policy_text(s.scrape_policy)}, the same for both deployments"
+                 + (f"; {s.observer_effect}" if s.observer_effect else ""))
     for label, run in s.runs.items():
-        if run.client_bottleneck_levels:
-            lines.append(f"- **warning**: the load client was the bottleneck during {label} at "
-                         f"c={run.client_bottleneck_levels}")
+        major = {k for lv in s.levels for k, v in getattr(lv, f"{label}_cpu_cores").items() if v >= MINOR_CORES}
+        cores = cores_sentence(run.cores, s.host_cores, run.engine_binding, run.sampler_cpu_pct, only=major)
+        lines.append(f"- cores ({label}): {cores}")
+        lines += [f"- **warning**: {w}" for w in health_warnings(run, f" during {label}")]
     if s.audit:
         lines += [f"- observability: {note}" for note in s.audit.notes]
     return lines

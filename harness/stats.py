@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from harness.client import RequestRecord
 from harness.profile import SLO
+from harness.steady import Modes, Stationarity, stationarity, ttft_modes
 
 PCTS = (50, 90, 95, 99)
 
@@ -58,6 +59,8 @@ class LevelStats(BaseModel):
     e2e_ms: Dist
     tokens_per_chunk: float | None
     dispatch_delay_ms: Dist
+    steady: Stationarity = Stationarity(steady=None)
+    ttft_modes: Modes | None = None
 
 
 def is_good(r: RequestRecord, slo: SLO) -> bool:
@@ -110,4 +113,6 @@ def level_stats(records: Sequence[RequestRecord], concurrency: int, slo: SLO, re
         e2e_ms=Dist.of([r.e2e_ms for r in ok]),
         tokens_per_chunk=tokens / chunks if chunks else None,
         dispatch_delay_ms=Dist.of([r.dispatch_delay_ms for r in records]),
+        steady=stationarity(records),
+        ttft_modes=ttft_modes(records),
     )

@@ -1,9 +1,11 @@
-"""Drive one ready deployment through a profile: every level (x repeats), scraping its metric endpoints
-all the while, writing requests, scrapes and the growing summary to the run folder as it goes."""
+"""Drive one ready deployment through a profile: an unmeasured warmup sweep over every level (compiled
+engines), then every level (x repeats), scraping its metric endpoints by the profile's policy, sampling
+where every process ran, and writing requests, scrapes and the growing summary to the run folder as it goes."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 
 from pydantic import BaseModel
 from rich.console import Console
@@ -14,10 +16,11 @@ from harness.errors import LayerbenchError
 from harness.profile import LoadProfile
 from harness.prompts import PromptGenerator
 from harness.results import RunWriter
-from harness.runner import ClientHealth, run_level
+from harness.runner import ClientHealth, run_level, warm
 from harness.scraper import Scraper
 from harness.server_metrics import ServerLevelMetrics, summarise
-from harness.stats import LevelStats, level_stats
+from harness.stats import Dist, LevelStats, level_stats
+from harness.topology import CoreSampler, ProcessCores, engine_binding
 from stacks.base import AppliedConfig, Stack
 
 
@@ -40,7 +43,25 @@ class RunSummary(BaseModel):
     levels: list[LevelSummary] = []
     scrapes: int = 0
     scrape_gaps: int = 0
-    client_bottleneck_levels: list[int] = []
+    scrape_policy: str = "interval"
+    scrape_ms: Dist = Dist()  # how long the metric endpoints took to answer
+    warmup_sweep: bool = False
+    client_saturated_levels: list[int] = []
+    client_starved_levels: list[int] = []
+    not_steady_levels: list[int] = []
+    cores: dict[str, ProcessCores] = {}  # process label -> allowed cores and where its threads ran
+    engine_binding: list[str] = []  # the engine's thread binding, from its startup log
+    sampler_cpu_pct: float | None = None  # the core sampler's own CPU, % of one core
+
+    def add(self, lv: LevelSummary) -> None:
+        """Append a measured level and note its troubles by concurrency."""
+        self.levels.append(lv)
+        c = lv.stats.concurrency
+        for flag, where in ((lv.client.saturated, self.client_saturated_levels),
+                            (lv.client.starved, self.client_starved_levels),
+                            (lv.stats.steady.steady is False, self.not_steady_levels)):
+            if flag and c not in where:
+                where.append(c)
 
 
 def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunSummary,
@@ -59,11 +80,22 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
     levels = profile.concurrency
     n_repeats = repeats or profile.repeats
     scraper = Scraper(stack.metric_endpoints(), profile.scrape_interval_s, writer.dir / "scrapes.jsonl",
-                      tags={"label": summary.label})
-    with scraper, Progress(
+                      tags={"label": summary.label}, policy=profile.scrape)
+    summary.scrape_policy, summary.warmup_sweep = profile.scrape, profile.warms_every_level()
+    labels: dict[int, str] = {os.getpid(): "load client"}
+    sampler = CoreSampler([os.getpid()], writer.dir / f"cores-{summary.label}.raw.json")
+    scrape_ms: list[float] = []
+    with scraper, sampler, Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         console=console,
     ) as progress:
+        if scraper.pid:
+            labels[scraper.pid] = "scraper"
+        if summary.warmup_sweep:  # a compiled engine meets every batch shape before anything is measured
+            task = progress.add_task(f"{summary.label} {stack.kind} warmup sweep", total=len(levels))
+            for c in levels:
+                asyncio.run(warm(client, gen, c, max(1, profile.warmup_waves), on_record))
+                progress.advance(task)
         for rep in range(n_repeats):
             for c in levels:
                 n = profile.requests_for(c)
@@ -81,23 +113,30 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
                     client, gen, c, n, repeat=rep, warmup_waves=profile.warmup_waves,
                     min_duration_s=profile.min_duration_s, on_record=on_record,
                     on_progress=advance, process_cpu=stack.process_cpu,
+                    on_measure_start=lambda c=c: scraper.mark(c, "start"),
                 ))
+                scraper.mark(c, "end")
                 scraper.level = None
+                labels.update({pid: label for pid, (label, _) in stack.process_cpu().items()})
                 level_scrapes = [s for s in scraper.new_scrapes() if s["level"] == c]
+                scrape_ms += [s["dur_ms"] for s in level_scrapes if s.get("dur_ms") is not None]
                 progress.update(task, total=len(run.records), completed=len(run.records))
                 records = [RequestRecord.from_json(r) for r in run.records]
                 stats = level_stats(records, c, profile.slo, repeat=rep)
-                summary.levels.append(LevelSummary(
-                    stats=stats, client=run.client, process_cpu_s=run.process_cpu_s, window_s=run.window_s,
-                    server=summarise(level_scrapes),
-                ))
-                if run.client.bottleneck:
-                    summary.client_bottleneck_levels.append(c)
+                summary.add(LevelSummary(stats=stats, client=run.client, process_cpu_s=run.process_cpu_s,
+                                         window_s=run.window_s, server=summarise(level_scrapes)))
                 summary.scrapes, summary.scrape_gaps = scraper.count, scraper.gaps
+                summary.scrape_ms = Dist.of(scrape_ms)
                 writer.write_json(f"summary-{summary.label}.json" if summary.label != summary.stack
                                   else "summary.json", summary.model_dump())
                 if (why := stack.dead()) is not None:  # measured so far is on disk; stop and say so
                     raise LayerbenchError(f"{summary.label} {stack.kind} died mid-run after c={c}: {why}")
+    summary.cores, summary.sampler_cpu_pct = sampler.result(labels), sampler.self_cpu_pct()
+    sampler.out_path.unlink(missing_ok=True)
+    for path in stack.log_locations().values():
+        if path.exists() and (found := engine_binding(path.read_text(errors="replace"))):
+            summary.engine_binding = found
+            break
     scraper.new_scrapes()
     summary.scrapes, summary.scrape_gaps = scraper.count, scraper.gaps
     return summary

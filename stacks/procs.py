@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from harness.errors import LayerbenchError
+from harness.placement import deployment_preexec
 
 
 def free_port() -> int:
@@ -67,7 +68,8 @@ class ManagedProcess:
         log = self.log_path.open("ab")
         try:
             self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                         cwd=self.cwd, start_new_session=True, stdin=subprocess.DEVNULL)
+                                         cwd=self.cwd, start_new_session=True, stdin=subprocess.DEVNULL,
+                                         preexec_fn=deployment_preexec)
         except OSError as e:
             raise LayerbenchError(f"{self.name}: cannot start {self.cmd[0]}: {e}") from None
         finally:

@@ -127,7 +127,9 @@ class VllmStack(Stack):
         return self._version
 
     def baseline(self) -> Stack:
-        return self  # bare vLLM is its own baseline
+        """A second bare vLLM deployment of the same version and settings: `compare --stack vllm` is the A/A
+        run that measures the method's own noise on this host. A fixed --port stays with this deployment."""
+        return VllmStack(self.settings.model_copy(update={"options": {}}))
 
     def dead(self) -> str | None:
         return self.proc.exit_reason() if self.proc is not None else None

@@ -16,7 +16,7 @@ ENGINE = {"max_model_len": 1024, "max_num_seqs": 32, "dtype": "float32", "enforc
 
 
 def test_ray_compare_small(tmp_path, write_profile):
-    profile = write_profile(concurrency=[1, 4], requests=12, requests_per_concurrency=0, min_duration_s=3,
+    profile = write_profile(concurrency=[1, 4], requests=20, requests_per_concurrency=0, min_duration_s=3,
                             input_tokens=48, output_tokens=16, engine=ENGINE)
     rc = main(["compare", "--stack", "ray", "--profile", str(profile), "--repeats", "1",
                "--results-dir", str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports")])

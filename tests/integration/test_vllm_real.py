@@ -28,10 +28,12 @@ ENGINE = {"max_model_len": MAX_MODEL_LEN, "max_num_seqs": 32, "dtype": "float32"
 
 
 def tiny_profile(write_profile, **over) -> Path:
-    # 4 scrapes a second over >= 6 s levels: on a loaded 2-core host vLLM's API server answers /metrics
-    # mostly when the engine has gone idle (num_requests_running 0), so a few samples can all miss the load
-    fields = dict(concurrency=[1, 8], requests=12, requests_per_concurrency=0, min_duration_s=6,
-                  input_tokens=48, output_tokens=OUT_TOKENS, scrape_interval_s=0.25, engine=ENGINE)
+    # interval scraping, 4 a second over >= 6 s levels (the default reads /metrics only between windows): on a
+    # loaded 2-core host vLLM's API server answers /metrics mostly when the engine has gone idle
+    # (num_requests_running 0), so a few samples can all miss the load
+    fields = dict(concurrency=[1, 8], requests=20, requests_per_concurrency=0, min_duration_s=6,
+                  input_tokens=48, output_tokens=OUT_TOKENS, scrape="interval", scrape_interval_s=0.25,
+                  engine=ENGINE)
     fields.update(over)
     return write_profile(**fields)
 
@@ -91,7 +93,7 @@ def test_adapter_contract_and_endpoint_stack(tmp_path, write_profile):
         assert stack.engine_version() == "0.32.0"
         assert stack.verify_config().max_model_len == MAX_MODEL_LEN
         # the endpoint stack measures this already-running server and leaves it running
-        profile = tiny_profile(write_profile, concurrency=[2], min_duration_s=0)
+        profile = tiny_profile(write_profile, concurrency=[2], min_duration_s=0, scrape="boundary")
         url = stack.endpoint().base_url
         assert main(["run", "--stack", "endpoint", "--url", url, "--profile", str(profile),
                      "--results-dir", str(tmp_path / "r")]) == 0
@@ -144,3 +146,28 @@ def test_ctrl_c_stops_engine_and_keeps_measurements(tmp_path, write_profile):
     assert meta["status"] == "interrupted"
     assert len(read_jsonl(runs[0] / "requests.jsonl")) >= len(measured)  # kept
     assert_gone(pids)
+
+
+def test_aa_compare_deploys_a_second_bare_vllm(tmp_path, write_profile):
+    """`compare --stack vllm`: bare vLLM against a second bare vLLM deployment of the same version, with the
+    default scrape policy (window boundaries only); the report carries the interval and the steadiness."""
+    profile = tiny_profile(write_profile, concurrency=[2], min_duration_s=3, scrape="boundary")
+    results = tmp_path / "r"
+    assert main(["compare", "--stack", "vllm", "--profile", str(profile), "--repeats", "2",
+                 "--results-dir", str(results), "--reports-dir", str(tmp_path / "reports")]) == 0
+    run = only_run(results)
+    meta = json.loads((run / "run.json").read_text())
+    assert set(meta["baseline"]["pids"]).isdisjoint(meta["stack"]["pids"])  # two deployments, not one
+    assert meta["baseline"]["engine_version"] == meta["stack"]["engine_version"] == "0.32.0"
+    s = json.loads((run / "compare.json").read_text())
+    assert s["scrape_policy"] == "boundary" and s["version_match"]
+    (lv,) = s["levels"]
+    assert lv["ci"]["source"] == "repeats" and lv["ci"]["lo_pct"] <= lv["delta_pct"] <= lv["ci"]["hi_pct"]
+    assert lv["verdict"] in ("within noise", "overhead", "gain")
+    scrapes = read_jsonl(run / "scrapes.jsonl")
+    assert scrapes and all(x["phase"] in ("start", "end") for x in scrapes)  # nothing read inside a window
+    cores = s["runs"]["baseline"]["cores"]
+    assert cores["vllm:VLLM::Worker"]["ran_on"]  # where the engine ran was sampled
+    md = (tmp_path / "reports" / run.name / "report.md").read_text()
+    assert "95% interval" in md and "Steady state" in md and "cores (baseline)" in md
+    assert_gone(meta["baseline"]["pids"] + meta["stack"]["pids"])

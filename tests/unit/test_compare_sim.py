@@ -13,8 +13,8 @@ from harness.compare import CompareSummary
 
 
 def compare(tmp_path: Path, write_profile, *opts: str, repeats: int = 2, extra: tuple[str, ...] = ()) -> tuple:
-    profile = write_profile(concurrency=[1, 4], requests=12, requests_per_concurrency=0, min_duration_s=2.2,
-                            output_tokens=8, input_tokens=32, scrape_interval_s=0.5)
+    profile = write_profile(concurrency=[1, 4], requests=20, requests_per_concurrency=0,
+                            output_tokens=8, input_tokens=32, scrape_interval_s=0.5, warmup_sweep=False)
     args = ["compare", "--stack", "sim-proxy", "--profile", str(profile), "--repeats", str(repeats),
             "--results-dir", str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports"), *extra]
     for o in ("ttft_ms=20", "itl_ms=5", *opts):
@@ -79,16 +79,18 @@ def test_hidden_metrics_are_lost_on_the_layer_port(tmp_path, write_profile):
     assert a.counts == {"lost": 39} and any("lost behind the layer" in n for n in a.notes)
 
 
-def test_one_repeat_has_no_noise_band(tmp_path, write_profile):
+def test_one_repeat_takes_its_interval_from_time_blocks(tmp_path, write_profile):
     rc, s, _ = compare(tmp_path, write_profile, repeats=1)
-    assert all(lv.noise_pct is None and lv.verdict == "no noise band (1 repeat)" for lv in s.levels)
+    for lv in s.levels:
+        assert lv.ci is not None and lv.ci.source == "blocks (1 repeat)", lv
+        assert lv.ci.lo_pct <= lv.delta_pct <= lv.ci.hi_pct
 
 
 def test_version_mismatch_is_refused(tmp_path, write_profile, monkeypatch, capsys):
     from stacks.sim import SimProxyStack
 
     monkeypatch.setattr(SimProxyStack, "engine_version", lambda self: "sim-9.9.9")
-    profile = write_profile(concurrency=[1], requests=4)
+    profile = write_profile(concurrency=[1], requests=20)
     results = tmp_path / "results"
     rc = main(["compare", "--stack", "sim-proxy", "--profile", str(profile), "--results-dir", str(results)])
     assert rc == 2

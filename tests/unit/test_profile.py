@@ -33,3 +33,13 @@ def test_profile_not_a_mapping(tmp_path):
     p.write_text("- 1\n- 2\n")
     with pytest.raises(LayerbenchError, match="mapping"):
         load_profile(str(p))
+
+
+def test_levels_too_short_are_refused_naming_the_fields(write_profile):
+    p = write_profile(concurrency=[1, 4], requests=12, requests_per_concurrency=0)
+    with pytest.raises(LayerbenchError, match="levels \\[1, 4\\].*`requests` or `requests_per_concurrency`"):
+        load_profile(str(p))
+    p = write_profile(scrape="interval", scrape_interval_s=2.0, min_duration_s=1.0)
+    with pytest.raises(LayerbenchError, match="`min_duration_s`.*`scrape_interval_s`"):
+        load_profile(str(p))
+    assert load_profile("cpu").repeats == 3 and load_profile("quick").scrape == "boundary"

@@ -1,0 +1,81 @@
+"""Where the load client runs relative to the deployment: its scheduling priority and, on hosts with enough
+cores, the cores it is pinned to. One Placement per layerbench process, chosen from the profile before
+anything is deployed; every server process the stacks start goes through `deployment_preexec()`, so the
+deployment runs at normal priority on the cores the client left it, whatever the client set for itself.
+
+Why: on a 2-core host vLLM's CPU worker binds itself to core 0, and its engine core, API server, any layer,
+the load client and the scraper all share core 1. A client starved of CPU stamps late; a higher priority
+for the client (and the scraper it spawns) lets it run as soon as a byte arrives."""
+
+from __future__ import annotations
+
+import os
+
+from pydantic import BaseModel
+
+
+class Placement(BaseModel):
+    """What was asked and what the OS allowed; recorded in run.json."""
+
+    host_cores: int
+    client_nice_requested: int
+    client_nice: int  # what the client process now runs at
+    deployment_nice: int
+    client_cpus_requested: int
+    client_cores: list[int] | None = None  # None: not pinned
+    deployment_cores: list[int] | None = None
+    notes: list[str] = []
+
+    def sentence(self) -> str:
+        pin = (f"client and scraper pinned to cores {self.client_cores}, deployment to {self.deployment_cores}"
+               if self.client_cores else "client, scraper and deployment not pinned (shared cores)")
+        return (f"{self.host_cores} cores; {pin}; client nice {self.client_nice} vs deployment "
+                f"{self.deployment_nice}" + (f" ({'; '.join(self.notes)})" if self.notes else ""))
+
+
+_current: Placement | None = None
+
+
+def apply(client_nice: int, client_cpus: int) -> Placement:
+    """Set this process's priority and cores (inherited by the scraper it spawns later)."""
+    global _current
+    cores = sorted(os.sched_getaffinity(0))
+    nice = os.getpriority(os.PRIO_PROCESS, 0)  # the deployment keeps the priority layerbench was started with
+    p = Placement(host_cores=len(cores), client_nice_requested=client_nice, client_nice=nice,
+                  deployment_nice=nice, client_cpus_requested=client_cpus)
+    if client_nice != p.client_nice:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, client_nice)
+            p.client_nice = client_nice
+        except PermissionError:
+            p.notes.append(f"raising the client's priority to nice {client_nice} is not permitted here")
+    if client_cpus and len(cores) >= client_cpus + 2:
+        p.client_cores, p.deployment_cores = cores[-client_cpus:], cores[:-client_cpus]
+        os.sched_setaffinity(0, p.client_cores)
+    elif client_cpus:
+        p.notes.append(f"not pinned: pinning {client_cpus} core(s) for the client needs >= {client_cpus + 2}")
+    _current = p
+    return p
+
+
+def set_client_nice(nice: int) -> int:
+    """Change the client's priority in place (the observer benchmark alternates it); returns the value set."""
+    os.setpriority(os.PRIO_PROCESS, 0, nice)
+    if _current is not None:
+        _current.client_nice = nice
+    return os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def current() -> Placement | None:
+    return _current
+
+
+def deployment_preexec() -> None:
+    """Runs in each server process between fork and exec: normal priority, the deployment's cores."""
+    p = _current
+    if p is None:
+        return
+    if os.getpriority(os.PRIO_PROCESS, 0) != p.deployment_nice:
+        os.setpriority(os.PRIO_PROCESS, 0, p.deployment_nice)  # raising nice (lower priority) is always allowed
+    if p.deployment_cores:
+        os.sched_setaffinity(0, p.deployment_cores)
