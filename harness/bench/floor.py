@@ -14,7 +14,7 @@ CONTENT = b'"text":"t'  # the reference engine's content events carry "tok "; ro
 END = b"0\r\n\r\n"
 
 
-async def _one(reader, writer, request: bytes) -> tuple[float, list[float], float]:
+async def _one(reader, writer, request: bytes) -> tuple[float, list[float], float, int]:
     t0 = time.perf_counter_ns()
     writer.write(request)
     events: list[float] = []
@@ -28,13 +28,14 @@ async def _one(reader, writer, request: bytes) -> tuple[float, list[float], floa
         events += [(t - t0) / 1e6] * n
         tail = (tail + data)[-16:]
         if tail.endswith(END):
-            return events[0], events, (t - t0) / 1e6
+            return events[0], events, (t - t0) / 1e6, t0
 
 
 async def floor_level(host: str, port: int, model: str, concurrency: int, n: int, max_tokens: int,
                       on_measure_start: Callable[[], None] | None = None
-                      ) -> tuple[list[tuple[float, list[float], float]], float]:
-    """One warmup wave, then n measured requests: ([(ttft_ms, event_ms, e2e_ms)], measured window in s)."""
+                      ) -> tuple[list[tuple[float, list[float], float, int]], float]:
+    """One warmup wave, then n measured requests: ([(ttft_ms, event_ms, e2e_ms, start_ns)], measured window in s);
+    start_ns is the request's start on perf_counter_ns, so start_ns + ttft_ms·1e6 is when its first event came."""
     body = json.dumps({"model": model, "prompt": "x" * 64, "max_tokens": max_tokens, "stream": True,
                        "ignore_eos": True}).encode()
     request = (f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
@@ -45,7 +46,7 @@ async def floor_level(host: str, port: int, model: str, concurrency: int, n: int
         if on_measure_start:
             on_measure_start()
         left = n
-        out: list[tuple[float, list[float], float]] = []
+        out: list[tuple[float, list[float], float, int]] = []
 
         async def slot(reader, writer):
             nonlocal left

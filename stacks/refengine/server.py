@@ -60,6 +60,7 @@ class Engine:
         self.seen_blocks: set[str] = set()
         # what the server actually did (perf_counter_ns = CLOCK_MONOTONIC, the client's clock too)
         self.late_first_ns: list[int] = []  # actual send - due, first content event
+        self.first_sent_ns: list[int] = []  # when each first content event was sent (absolute: a client pairs its own)
         self.late_event_ns: list[int] = []  # every content event
         self.ttft_ns: list[int] = []  # request read -> first content event written
         self.e2e_ns: list[int] = []  # request read -> end of stream written
@@ -84,7 +85,8 @@ class Engine:
         elif route == ("GET", "/sim/stats"):
             await resp.send_json(200, self.stats())
         elif route == ("POST", "/sim/reset"):
-            for xs in (self.late_first_ns, self.late_event_ns, self.ttft_ns, self.e2e_ns, self.itl_ns):
+            for xs in (self.late_first_ns, self.first_sent_ns, self.late_event_ns, self.ttft_ns, self.e2e_ns,
+                       self.itl_ns):
                 xs.clear()
             await resp.send_json(200, {"reset": True})
         elif req.method == "POST" and req.path in ("/v1/completions", "/v1/chat/completions"):
@@ -102,7 +104,7 @@ class Engine:
 
         return {"late_first": pct(self.late_first_ns), "late_event": pct(self.late_event_ns),
                 "ttft": pct(self.ttft_ns), "e2e": pct(self.e2e_ns), "itl": pct(self.itl_ns),
-                "requests": self.counter}
+                "requests": self.counter, "first_sent_ns": self.first_sent_ns}
 
     # ---- generation ----
     async def generate(self, req: Request, resp: Responder, chat: bool) -> None:
@@ -202,6 +204,7 @@ class Engine:
             if j == 0:
                 t_first_sent = now
                 self.late_first_ns.append(now - due)
+                self.first_sent_ns.append(now)
                 self.ttft_ns.append(now - t_arrival)
                 self.metrics.on_first_token((now - t_admit) / 1e9)
             else:
