@@ -16,12 +16,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import Progress
 
-from harness.bench import accuracy, capacity, cpu_per_event, resolution
+from harness.bench import accuracy, capacity, cpu_per_event, observer, resolution
 from harness.bench.render import page
 from harness.bench.section import Context, Section
 
 OUT_DIR = Path("reports/harness")
-SECTIONS: tuple[Section, ...] = (accuracy.section, resolution.section, capacity.section, cpu_per_event.section)
+SECTIONS: tuple[Section, ...] = (accuracy.section, resolution.section, capacity.section, cpu_per_event.section,
+                                 observer.section)
 INTRO = [
     "Three clients take turns against the same reference engine (`stacks/refengine/`, of exactly known timing): "
     "layerbench's own streaming client, a minimal raw-socket *floor* client written for this benchmark, and "
