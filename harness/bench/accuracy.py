@@ -209,7 +209,8 @@ def section(ctx: Context) -> SectionResult:
     runs = measure(ctx, LEVELS, ROUNDS)
     judged, summary = verdicts(runs, max(LEVELS))
     data = {"rounds": ROUNDS, "summary": summary, "runs": [
-        {"client": r.client, "concurrency": r.concurrency, "round": k + 1, "server": r.server,
+        {"client": r.client, "concurrency": r.concurrency, "round": k + 1,
+         "server": {key: v for key, v in r.server.items() if key != "first_sent_ns"},  # raw send times: not kept
          **{f"{m}_err_p{p}": r.err(m, p) for m in METRICS for p in (50, 99)}}
         for rs in runs.values() for k, r in enumerate(rs)]}
     return SectionResult("accuracy", markdown(runs, judged, ROUNDS), data, judged)
