@@ -66,10 +66,6 @@ def set_client_nice(nice: int) -> int:
     return os.getpriority(os.PRIO_PROCESS, 0)
 
 
-def current() -> Placement | None:
-    return _current
-
-
 def deployment_preexec() -> None:
     """Runs in each server process between fork and exec: normal priority, the deployment's cores."""
     p = _current
