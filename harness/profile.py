@@ -13,11 +13,15 @@ from harness.errors import LayerbenchError
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 
+# strict: an int field takes only a YAML integer (lax mode read `concurrency: [true]` as c=1 and "100" as 100);
+# float fields still take integers. No inf/nan: `.inf` for a duration would make a level run forever.
+_STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
 
 class SLO(BaseModel):
     """A request is good when it succeeded and met every set bound (seconds)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
     ttft_s: float = Field(0.5, gt=0)
     e2e_s: float = Field(10.0, gt=0)
     itl_p95_s: float | None = Field(None, gt=0)
@@ -27,7 +31,7 @@ class SLO(BaseModel):
 class EngineSettings(BaseModel):
     """vLLM settings applied identically to a stack and to its baseline."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
     max_model_len: int = Field(2048, gt=0)
     max_num_seqs: int = Field(64, gt=0)
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "bfloat16"
@@ -39,7 +43,7 @@ class EngineSettings(BaseModel):
 
 
 class LoadProfile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     name: str
     concurrency: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64])
@@ -117,9 +121,18 @@ def load_profile(name_or_path: str) -> LoadProfile:
     if not path.exists():
         raise LayerbenchError(f"profile file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise LayerbenchError(f"profile {path} is not valid YAML: {e}") from None
+        text = path.read_bytes().decode("utf-8")
+    except OSError as e:
+        raise LayerbenchError(f"profile {path} cannot be read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise LayerbenchError(f"profile {path} is not UTF-8 text: {e}") from None
+    try:
+        data = yaml.safe_load(text)
+    # the file is untrusted and PyYAML raises more than YAMLError on it: ValueError (`2001-13-01`), IndexError
+    # (`!!int` with no value), RecursionError (deep nesting); any of them means "not a usable YAML document"
+    except Exception as e:
+        why = str(e) if isinstance(e, yaml.YAMLError) else f"{type(e).__name__}: {e}"
+        raise LayerbenchError(f"profile {path} is not valid YAML: {why[:300]}") from None
     if not isinstance(data, dict):
         raise LayerbenchError(f"profile {path} must be a YAML mapping of fields")
     data.setdefault("name", path.stem)

@@ -2,9 +2,16 @@
 
 Both parsers take bytes as they arrive and keep no more state than a partial line. The SSE parser returns,
 for each completed event, the arrival time of the read that carried the event's *first* byte, so TTFT is
-stamped at the first byte of the first content event even when the event is split across reads."""
+stamped at the first byte of the first content event even when the event is split across reads.
+Malformed chunked framing raises ValueError (the client records it as a failed request); the SSE parser
+accepts any bytes, as the SSE spec does."""
 
 from __future__ import annotations
+
+_HEX = b"0123456789abcdefABCDEF"
+# A size line is a few hex digits plus optional extensions; a peer that never sends CRLF must not make the
+# buffer grow without bound.
+MAX_SIZE_LINE = 4096
 
 
 class ChunkedDecoder:
@@ -23,55 +30,86 @@ class ChunkedDecoder:
         pos = 0
         n = len(buf)
         while pos < n and not self.done:
-            if self._need < 0:
+            need = self._need
+            if need < 0:
                 eol = buf.find(b"\r\n", pos)
+                if (eol if eol >= 0 else n) - pos > MAX_SIZE_LINE:
+                    raise ValueError(f"chunk size line longer than {MAX_SIZE_LINE} bytes")
                 if eol < 0:
                     break
-                size_field = buf[pos:eol].split(b";", 1)[0].strip()
-                try:
-                    size = int(size_field, 16)
-                except ValueError:
-                    raise ValueError(f"bad chunk size line {buf[pos:eol][:40]!r}") from None
+                size_field = buf[pos:eol].split(b";", 1)[0].strip(b" \t")
+                # only hex digits: int(x, 16) would also take "-5", "+5", "0x5" and "1_0"
+                if not size_field or size_field.strip(_HEX):
+                    raise ValueError(f"bad chunk size line {buf[pos:eol][:40]!r}")
+                size = int(size_field, 16)
                 pos = eol + 2
                 if size == 0:
                     self.done = True
                     break
                 self._need = size + 2
             else:
-                take = min(self._need, n - pos)
-                data_end = pos + take
+                take = min(need, n - pos)
                 # the last two bytes of a chunk are its CRLF, not body
-                body_left = self._need - 2
+                body_left = need - 2
                 if body_left > 0:
                     out.append(buf[pos : pos + min(take, body_left)])
-                self._need -= take
-                pos = data_end
+                crlf_at = pos + max(body_left, 0)
+                if pos + take > crlf_at:
+                    # check the CRLF (or the part of it in this read): a wrong chunk size would otherwise
+                    # silently splice framing bytes into the body
+                    seen = 2 - min(need, 2)
+                    if buf[crlf_at : pos + take] != b"\r\n"[seen : seen + pos + take - crlf_at]:
+                        raise ValueError(f"chunk data not followed by CRLF: {buf[crlf_at : crlf_at + 2]!r}")
+                self._need = need - take
+                pos += take
                 if self._need == 0:
                     self._need = -1
         self._buf = buf[pos:]
         return b"".join(out)
 
 
+def _event_data(block: bytes) -> bytes | None:
+    """The `data` field values of one event joined by LF, or None when it has none (then it is not dispatched).
+
+    Per the SSE spec a `data` line without a colon is an empty value, and exactly one space after the colon
+    is dropped (a payload's own leading spaces are kept). Other fields and `:` comments are ignored."""
+    values = []
+    for ln in block.split(b"\n"):
+        if ln.startswith(b"data"):
+            if len(ln) == 4:
+                values.append(b"")
+            elif ln[4] == 58:  # ":"
+                values.append(ln[6:] if ln[5:6] == b" " else ln[5:])
+    return b"\n".join(values) if values else None
+
+
 class SSEParser:
     """Splits a byte stream into SSE events; returns (t_first_byte_ns, data) for each complete event.
 
-    Only `data:` fields matter for OpenAI and Triton streams; comments and other fields are skipped.
+    Only `data` fields matter for OpenAI and Triton streams; comments and other fields are skipped.
     `pending` tells whether a partial event is buffered (a stream cut mid-event)."""
 
-    __slots__ = ("_buf", "_t0")
+    __slots__ = ("_buf", "_t0", "_cr")
 
     def __init__(self) -> None:
-        self._buf = b""
+        self._buf = b""  # never starts with a line break: empty means no event has begun
         self._t0 = 0
+        self._cr = False  # the last read ended in CR: a LF opening the next read is the same line break
 
     @property
     def pending(self) -> bool:
         return bool(self._buf.strip())
 
     def feed(self, data: bytes, t_ns: int) -> list[tuple[int, bytes]]:
+        if self._cr and data:
+            self._cr = False
+            if data[:1] == b"\n":
+                data = data[1:]
         if b"\r" in data:
+            # CRLF, CR and LF all end a line; normalise to LF
+            self._cr = data[-1:] == b"\r"
             data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        if not self._buf.strip():
+        if not self._buf:
             # a new event starts in this read: its first byte arrived now
             self._buf = data.lstrip(b"\n")
             self._t0 = t_ns
@@ -85,16 +123,14 @@ class SSEParser:
             end = buf.find(b"\n\n", start)
             if end < 0:
                 break
-            block = buf[start:end]
-            lines = [ln[5:].lstrip(b" ") if ln.startswith(b"data:") else None for ln in block.split(b"\n")]
-            payload = [ln for ln in lines if ln is not None]
-            if payload:
-                events.append((t_event, b"\n".join(payload)))
+            payload = _event_data(buf[start:end])
+            if payload is not None:
+                events.append((t_event, payload))
             start = end + 2
-            while start < len(buf) and buf[start : start + 1] == b"\n":
+            while start < len(buf) and buf[start] == 10:  # "\n"
                 start += 1
             t_event = t_ns  # any later event in this buffer completed with this read
-        self._buf = buf[start:]
         if start:
+            self._buf = buf[start:]
             self._t0 = t_ns
         return events
