@@ -7,6 +7,7 @@ From the live deployment: where the engine's own log went and which ports listen
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections import Counter
 from pathlib import Path
@@ -26,7 +27,17 @@ KEY_FAMILIES = {
     "vllm:time_to_first_token_seconds": "TTFT histogram",
     "vllm:inter_token_latency_seconds": "ITL histogram",
 }
-LOOPBACK = ("127.", "::1", "localhost")
+
+
+def is_loopback(ip: str) -> bool:
+    """127.0.0.0/8 and ::1, and ::ffff:127.x: how a dual-stack socket bound to 127.0.0.1 reads (Ray's gRPC
+    servers), which a prefix test would report as listening beyond loopback."""
+    try:
+        addr = ipaddress.ip_address(ip.split("%", 1)[0])
+    except ValueError:
+        return ip == "localhost"
+    mapped = getattr(addr, "ipv4_mapped", None)
+    return addr.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
 class EndpointAudit(BaseModel):
@@ -156,7 +167,7 @@ def live_facts(stack: Stack) -> LiveFacts:
             pname = "?"
         desc = f"{c.laddr.ip}:{c.laddr.port} ({pids[c.pid]}/{pname})"
         listening.append(desc)
-        if not c.laddr.ip.startswith(LOOPBACK):
+        if not is_loopback(c.laddr.ip):
             non_loopback.append(desc)
     return LiveFacts(logs=logs, logs_exist={k: Path(v).exists() for k, v in logs.items()},
                      listening=sorted(set(listening)), non_loopback=sorted(set(non_loopback)))

@@ -9,11 +9,11 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args, get_origin
 
 import httpx
 import psutil
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from harness.errors import LayerbenchError
 from harness.profile import EngineSettings
@@ -53,6 +53,55 @@ class DeploySettings(BaseModel):
     options: dict[str, str | int | float | bool] = {}  # stack-specific (replicas, batching interval...)
 
 
+class NoOptions(BaseModel):
+    """A stack's `--opt key=value` settings, typed and bounded, so a bad value is refused before anything is
+    deployed instead of failing an hour into a compare. Unknown keys are refused too."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _as_typed(cls, value: Any, info: ValidationInfo) -> Any:
+        # `--opt` values arrive typed by guess (cli.parse_options): `true` must not pass as the number 1,
+        # and a number given to a text field is the text the user typed
+        annotation = cls.model_fields[info.field_name].annotation if info.field_name else None
+        if isinstance(value, bool) and annotation is not bool:
+            raise ValueError("a boolean is not valid here")
+        if isinstance(value, int | float) and _is_text(annotation):
+            return str(value)
+        return value
+
+
+def _is_text(annotation: Any) -> bool:
+    """str, or a Literal of strings (`metrics_fault=500` is the string '500')."""
+    if get_origin(annotation) is Literal:
+        return all(isinstance(a, str) for a in get_args(annotation))
+    return annotation is str
+
+
+class StackOptions(NoOptions):
+    """Options every locally deployed stack accepts."""
+
+    port: int | None = Field(None, ge=1, le=65535, description="the API port (default: a free one)")
+
+
+def validate_options(kind: str, model: type[BaseModel], options: dict[str, Any]) -> BaseModel:
+    """`options` checked against a stack's model; LayerbenchError naming the stack, each bad option and why."""
+    try:
+        return model.model_validate(options)
+    except ValidationError as e:
+        problems = []
+        for err in e.errors():
+            name = ".".join(str(p) for p in err["loc"]) or "?"
+            if err["type"] == "extra_forbidden":
+                known = ", ".join(sorted(model.model_fields)) or "none"
+                problems.append(f"option {name}: unknown option (known: {known})")
+            else:
+                problems.append(f"option {name}: {err['msg'].removeprefix('Value error, ')} "
+                                f"(got {err.get('input')!r})")
+        raise LayerbenchError(f"stack {kind}: " + "; ".join(problems)) from None
+
+
 # Log lines vLLM prints at startup (GPU: "GPU KV cache size", CPU: "CPU KV cache size").
 _KV_RE = re.compile(r"KV cache size: ([\d,]+) tokens")
 _CONC_RE = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
@@ -72,20 +121,26 @@ def parse_startup_log(text: str) -> AppliedConfig:
 class Stack(ABC):
     kind: ClassVar[str]
     in_request_path: ClassVar[bool] = True  # KServe RawDeployment is control-plane only
+    # dead() only looks at local processes: cheap enough to ask every quarter second while a level runs
+    cheap_liveness: ClassVar[bool] = True
+    exposure_hint: ClassVar[str] = ""  # how to close ports the deployment opens beyond loopback, if it can
     description: ClassVar[str] = ""
+    Options: ClassVar[type[BaseModel]] = StackOptions  # what `--opt key=value` (and `--port`) may set
 
     def __init__(self, settings: DeploySettings):
+        """Checks the options before anything is deployed (LayerbenchError naming the option)."""
         unknown = set(settings.options) - self.allowed_options()
         if unknown:
             known = ", ".join(sorted(self.allowed_options())) or "none"
             raise LayerbenchError(f"unknown option(s) for stack {self.kind}: {', '.join(sorted(unknown))}; "
                                   f"known: {known}")
+        self.options: Any = validate_options(self.kind, self.Options, dict(settings.options))
         self.settings = settings
 
     @classmethod
     def allowed_options(cls) -> set[str]:
         """Keys this stack accepts in `--opt key=value` (and `--port`)."""
-        return {"port"}
+        return set(cls.Options.model_fields)
 
     # --- lifecycle ---
     @abstractmethod
@@ -103,7 +158,10 @@ class Stack(ABC):
         return self
 
     def __exit__(self, *exc) -> None:
-        self.teardown()
+        from harness.signals import shielded
+
+        with shielded(f"teardown of {self.kind}"):
+            self.teardown()
 
     # --- where things are ---
     @abstractmethod
@@ -148,7 +206,8 @@ class Stack(ABC):
         return {}
 
     def dead(self) -> str | None:
-        """Why the deployment is no longer serving (checked after every level), or None while it runs."""
+        """Why the deployment is no longer serving, or None while it runs: checked after every level, and
+        while a level runs when `cheap_liveness`."""
         return None
 
     def process_cpu(self) -> dict[int, tuple[str, float]]:

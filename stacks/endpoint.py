@@ -6,19 +6,17 @@ from __future__ import annotations
 import httpx
 
 from harness.errors import LayerbenchError
-from stacks.base import Endpoint, Stack, register
+from stacks.base import Endpoint, NoOptions, Stack, register
 
 
 @register
 class EndpointStack(Stack):
     kind = "endpoint"
     description = "an existing OpenAI-compatible server (--url)"
+    Options = NoOptions  # nothing is deployed, so there is nothing to set
+    cheap_liveness = False  # dead() asks over the network: between levels only (a level stops when unreachable)
 
     _model: str | None = None
-
-    @classmethod
-    def allowed_options(cls) -> set[str]:
-        return set()
     _version: str | None = None
 
     def _url(self) -> str:
@@ -43,6 +41,14 @@ class EndpointStack(Stack):
 
     def teardown(self) -> None:
         pass  # not ours to stop
+
+    def dead(self) -> str | None:
+        url = self._url()
+        try:
+            httpx.get(f"{url}/v1/models", timeout=5).raise_for_status()
+        except httpx.HTTPError as e:
+            return f"{url} no longer answers /v1/models ({type(e).__name__})"
+        return None
 
     def endpoint(self) -> Endpoint:
         return Endpoint(base_url=self._url(), model=self._model or self.settings.served_model_name)

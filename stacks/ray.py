@@ -2,31 +2,49 @@
 a private Ray with its own temp dir and ports on 127.0.0.1, driven by scripts/ray_serve_app.py in its own
 process group. Baseline: bare vLLM from the same environment with the same engine settings.
 
-Options (`--opt`): ingress_replicas (2: the study's shape, two routers in front of one engine replica),
-max_ongoing_requests (ray-llm's own default is effectively unbounded; a small value throttles the layer),
-stream_batching_interval_ms (50: Ray's default, several tokens per SSE event), num_cpus (logical CPUs given
-to Ray; the engine asks for 2)."""
+Options (`--opt`, typed in RayOptions): ingress_replicas (2: the study's shape, two routers in front of one
+engine replica), max_ongoing_requests, stream_batching_interval_ms, num_cpus, port. Ray runs in its
+single-machine mode so its servers bind to loopback; the Serve replicas' own gRPC servers cannot be (see
+`exposure_hint`). Ray's session logs are kept with the results, scrubbed of secrets."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import httpx
 import psutil
+from pydantic import Field
 from rich.console import Console
 
 from harness.errors import LayerbenchError
-from stacks.base import DeploySettings, Endpoint, Stack, register
+from harness.redact import redact_tree, secret_values
+from stacks.base import DeploySettings, Endpoint, Stack, StackOptions, register
 from stacks.procs import ManagedProcess, ensure_port_free, free_port, log_tail, stop_and_verify, wait_http_ready
 from stacks.vllm import VllmStack, engine_env, engine_python, has_gpu, installed_vllm_version
 
 DRIVER = Path(__file__).resolve().parent.parent / "scripts" / "ray_serve_app.py"
-DEFAULTS = {"ingress_replicas": 2, "max_ongoing_requests": 1_000_000_000, "stream_batching_interval_ms": 50,
-            "num_cpus": 8}
+
+
+class RayOptions(StackOptions):
+    ingress_replicas: int = Field(2, ge=1, description="OpenAiIngress replicas (routers) in front of the engine")
+    max_ongoing_requests: int = Field(1_000_000_000, ge=1, description="per replica; ray-llm's own default is "
+                                      "effectively unbounded, a small value throttles the layer")
+    stream_batching_interval_ms: float = Field(50.0, ge=0, description="Ray's default: several tokens per SSE event")
+    num_cpus: int = Field(8, ge=1, description="logical CPUs given to Ray; the engine replica asks for 2")
+
+
+# On Linux Ray turns `_node_ip_address="127.0.0.1"` into the host's routable address (it assumes a
+# multi-node cluster), and every server that keys its bind address on the node IP then listens on 0.0.0.0
+# or the host address: GCS, raylet, each worker's gRPC server, the dashboard and runtime-env agents, the
+# metrics exporter. Ray's single-machine mode (its default on macOS/Windows) keeps the node IP at
+# 127.0.0.1, and with it all of these bind to loopback.
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
 
 def engine_kwargs(settings: DeploySettings) -> dict:
@@ -47,21 +65,22 @@ class RayStack(Stack):
     kind = "ray"
     in_request_path = True
     description = "Ray Serve LLM (proxy -> OpenAiIngress -> LLMServer) on a private local Ray"
+    Options = RayOptions
+    options: RayOptions
+    exposure_hint = ("Ray Serve binds each replica's inter-deployment gRPC server to [::] and offers no setting "
+                     "for it (ray/serve/_private/replica.py): one port per Serve replica stays open; block them "
+                     "with a host firewall or run in a network namespace")
 
     def __init__(self, settings: DeploySettings):
         super().__init__(settings)
-        self.opts = {**DEFAULTS, **{k: v for k, v in settings.options.items() if k in DEFAULTS}}
-        self.port = int(settings.options.get("port", 0)) or free_port()
+        self.opts = self.options.model_dump(exclude={"port"})
+        self.port = self.options.port or free_port()
         self.metrics_port = free_port()
         self.temp_dir = Path(f"/tmp/lb-ray-{self.port}")  # short: Ray's unix socket paths must fit 107 bytes
         self.log_path = settings.log_dir / f"ray-driver-{self.port}.log"
         self.proc: ManagedProcess | None = None
         self._shm_before: set[Path] = set()
         self.kept_logs = settings.log_dir / f"ray-session-logs-{self.port}"
-
-    @classmethod
-    def allowed_options(cls) -> set[str]:
-        return set(DEFAULTS) | {"port"}
 
     def deploy(self) -> None:
         py = engine_python()
@@ -74,13 +93,13 @@ class RayStack(Stack):
         for port in (self.port, self.metrics_port):
             ensure_port_free(port)
         env = {**engine_env(self.settings), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
-               "RAY_DEDUP_LOGS": "0"}
-        cfg = {"num_cpus": int(self.opts["num_cpus"]), "temp_dir": str(self.temp_dir), "port": self.port,
+               "RAY_DEDUP_LOGS": "0", **LOOPBACK_ENV}
+        o = self.options
+        cfg = {"num_cpus": o.num_cpus, "temp_dir": str(self.temp_dir), "port": self.port,
                "metrics_port": self.metrics_port, "env": env, "model_id": self.settings.served_model_name,
                "model_source": str(self.settings.model_path), "gpu": has_gpu(),
-               "max_ongoing_requests": int(self.opts["max_ongoing_requests"]),
-               "ingress_replicas": int(self.opts["ingress_replicas"]),
-               "stream_batching_interval_ms": float(self.opts["stream_batching_interval_ms"]),
+               "max_ongoing_requests": o.max_ongoing_requests, "ingress_replicas": o.ingress_replicas,
+               "stream_batching_interval_ms": o.stream_batching_interval_ms,
                "engine_kwargs": engine_kwargs(self.settings)}
         self.settings.log_dir.mkdir(parents=True, exist_ok=True)
         cfg_path = self.settings.log_dir / f"ray-config-{self.port}.json"
@@ -126,6 +145,10 @@ class RayStack(Stack):
             logs = self.temp_dir / "session_latest" / "logs"
             if logs.is_dir():
                 shutil.copytree(logs, self.kept_logs, dirs_exist_ok=True, ignore_dangling_symlinks=True)
+                try:  # Ray's logs echo runtime and worker environments: scrub them before anyone reads them
+                    redact_tree(self.kept_logs, secret_values(os.environ))
+                except OSError as e:  # never hide why teardown ran; RunWriter.finish scrubs the folder again
+                    print(f"layerbench: could not scrub secrets from {self.kept_logs}: {e}", file=sys.stderr)
             shutil.rmtree(self.temp_dir, ignore_errors=True)
 
     def endpoint(self) -> Endpoint:

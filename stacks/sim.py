@@ -8,20 +8,33 @@ fail_500, fail_429, cut_stream, metrics_delay_ms, ...) goes to the engine; any P
 
 from __future__ import annotations
 
+import copy
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
+from pydantic import BaseModel, create_model
 from rich.console import Console
 
-from stacks.base import PROJECT_ROOT, AppliedConfig, DeploySettings, Endpoint, Stack, register
+from stacks.base import PROJECT_ROOT, AppliedConfig, DeploySettings, Endpoint, Stack, StackOptions, register
 from stacks.procs import ManagedProcess, ensure_port_free, free_port, stop_and_verify, wait_http_ready
 from stacks.refengine.proxy import ProxyConfig
 from stacks.refengine.server import SimConfig
 
 SIM_KEYS = set(SimConfig.model_fields) - {"model", "max_model_len"}
 PROXY_KEYS = set(ProxyConfig.model_fields) - {"upstream_host", "upstream_port"}
+
+
+def _fields(model: type[BaseModel], keys: set[str]) -> dict[str, Any]:
+    """The servers' own field definitions (type, bounds, default), so an option is checked exactly as the
+    server will check it, and a field added there becomes an option here."""
+    return {k: (f.annotation, copy.copy(f)) for k, f in model.model_fields.items() if k in keys}
+
+
+SimOptions = create_model("SimOptions", __base__=StackOptions, **_fields(SimConfig, SIM_KEYS))
+SimProxyOptions = create_model("SimProxyOptions", __base__=SimOptions, **_fields(ProxyConfig, PROXY_KEYS))
 
 
 def _flags(options: dict, keys: set[str]) -> list[str]:
@@ -57,6 +70,7 @@ class SimStack(Stack):
     kind = "sim"
     in_request_path = False
     description = "reference engine of known timing (calibration, fast tests)"
+    Options = SimOptions
 
     def __init__(self, settings: DeploySettings):
         super().__init__(settings)
@@ -66,10 +80,6 @@ class SimStack(Stack):
         port = int(settings.options.get("port", 0)) if self.kind == "sim" else None
         self.engine = _LocalServer("sim", "stacks.refengine.server", settings.log_dir, flags, port)
         self._up = False
-
-    @classmethod
-    def allowed_options(cls) -> set[str]:
-        return SIM_KEYS | {"port"}
 
     def deploy(self) -> None:
         self._up = True
@@ -119,14 +129,11 @@ class SimProxyStack(SimStack):
     kind = "sim-proxy"
     in_request_path = True
     description = "known-overhead proxy in front of the reference engine"
+    Options = SimProxyOptions
 
     def __init__(self, settings: DeploySettings):
         super().__init__(settings)
         self.proxy: _LocalServer | None = None
-
-    @classmethod
-    def allowed_options(cls) -> set[str]:
-        return SIM_KEYS | PROXY_KEYS | {"port"}
 
     def deploy(self) -> None:
         super().deploy()

@@ -28,6 +28,12 @@ def test_ray_compare_small(tmp_path, write_profile):
     assert s.applied["baseline"].max_model_len == s.applied["stack"].max_model_len == 1024
     assert s.applied["stack"].kv_cache_tokens, "engine log not found inside Ray's session logs"
     assert s.settings_match, s.settings_mismatches
+    # Ray runs in its single-machine mode: only the Serve replicas' inter-deployment gRPC servers (one per
+    # replica: 2 OpenAiIngress + 1 LLMServer; Ray has no setting for them) listen beyond loopback, not GCS,
+    # raylet, workers or agents
+    exposed = s.runs["stack"].exposed_ports
+    core = ("gcs_server", "raylet", "dashboard", "runtimeenv", "telemetry", "monitor", "servecontrol", "proxyactor")
+    assert len(exposed) <= 3 and not [e for e in exposed if any(c in e.lower() for c in core)], exposed
     # tables filled for every level
     for lv in s.levels:
         assert lv.baseline_tok_s > 0 and lv.stack_tok_s > 0 and lv.delta_pct is not None
@@ -50,5 +56,5 @@ def test_ray_compare_small(tmp_path, write_profile):
     assert not any(fa.status == "survives" for fa in s.audit.families)  # no vllm:* name reaches the user
     # nothing of Ray is left running
     meta = json.loads((run / "run.json").read_text())
-    pids = meta["stack"]["pids"]
+    pids = meta["deployments"]["stack"]["pids"]
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -49,14 +50,36 @@ def assert_gone(pids: list[int]) -> None:
     assert not alive, f"processes survived teardown: {alive}"
 
 
-def test_run_vllm_tiny_profile(tmp_path, write_profile):
-    profile = tiny_profile(write_profile)
+def plant_secrets(monkeypatch, where: Path) -> dict[str, str]:
+    """Secrets in the environment and in a kubeconfig, as a user's shell would have them."""
+    planted = {name: f"s3cr3t{secrets.token_hex(12)}" for name in ("HF_TOKEN", "AWS_SECRET_ACCESS_KEY", "kube")}
+    kubeconfig = where / "kubeconfig"
+    kubeconfig.write_text(f"users:\n- name: me\n  user:\n    token: {planted['kube']}\n")
+    monkeypatch.setenv("HF_TOKEN", planted["HF_TOKEN"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", planted["AWS_SECRET_ACCESS_KEY"])
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    return planted
+
+
+def assert_no_secret_in(run: Path, planted: dict[str, str]) -> None:
+    leaks = {str(p.relative_to(run)): [k for k, v in planted.items() if v.encode() in p.read_bytes()]
+             for p in run.rglob("*") if p.is_file()}
+    assert not {k: v for k, v in leaks.items() if v}, "secrets written to the results"
+
+
+def test_run_vllm_tiny_profile(tmp_path, write_profile, monkeypatch):
+    planted = plant_secrets(monkeypatch, tmp_path)
+    # where secrets would reach the results: vLLM logs its non-default args (`response_role` is only used by
+    # the chat API, which this profile does not call), and the profile's name (its file name) is recorded
+    role = f"r-{planted['HF_TOKEN']}-{planted['kube']}"
+    profile = tiny_profile(write_profile, name=planted["AWS_SECRET_ACCESS_KEY"],
+                           engine={**ENGINE, "extra_args": ["--response-role", role]})
     assert main(["run", "--stack", "vllm", "--profile", str(profile), "--results-dir", str(tmp_path)]) == 0
     run = only_run(tmp_path)
     meta = json.loads((run / "run.json").read_text())
     assert meta["status"] == "complete"
-    assert meta["vllm"]["engine_version"] == "0.32.0"
-    applied = meta["vllm"]["applied"]
+    assert meta["deployments"]["vllm"]["engine_version"] == "0.32.0"
+    applied = meta["deployments"]["vllm"]["applied"]
     assert applied["max_model_len"] == MAX_MODEL_LEN  # from /v1/models
     assert applied["kv_cache_tokens"] and applied["max_concurrency"]  # parsed from the startup log
 
@@ -79,7 +102,10 @@ def test_run_vllm_tiny_profile(tmp_path, write_profile):
         assert lv["stats"]["throughput_tok_s"] > 0 and lv["server"]["scrapes"] >= 1
     assert any(k.endswith("VLLM::Worker") for k in summary["levels"][-1]["process_cpu_s"])
     assert "| 8 |" in (run / "summary.md").read_text()
-    assert_gone(meta["vllm"]["pids"])
+    assert_gone(meta["deployments"]["vllm"]["pids"])
+    assert_no_secret_in(run, planted)
+    engine_log = Path(meta["deployments"]["vllm"]["logs"]["engine"]).read_text()
+    assert "'response_role': 'r-[REDACTED]-[REDACTED]'" in engine_log  # it got there, and was scrubbed
 
 
 def test_adapter_contract_and_endpoint_stack(tmp_path, write_profile):
@@ -131,7 +157,7 @@ def test_ctrl_c_stops_engine_and_keeps_measurements(tmp_path, write_profile):
                     break
             time.sleep(0.5)  # polling a file the run writes; the condition above is the readiness check
         assert len(measured) >= 8, "run did not start measuring"
-        pids = json.loads((runs[0] / "run.json").read_text())["vllm"]["pids"]
+        pids = json.loads((runs[0] / "run.json").read_text())["deployments"]["vllm"]["pids"]
         os.kill(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=120)
     finally:
@@ -157,8 +183,9 @@ def test_aa_compare_deploys_a_second_bare_vllm(tmp_path, write_profile):
                  "--results-dir", str(results), "--reports-dir", str(tmp_path / "reports")]) == 0
     run = only_run(results)
     meta = json.loads((run / "run.json").read_text())
-    assert set(meta["baseline"]["pids"]).isdisjoint(meta["stack"]["pids"])  # two deployments, not one
-    assert meta["baseline"]["engine_version"] == meta["stack"]["engine_version"] == "0.32.0"
+    deps = meta["deployments"]
+    assert set(deps["baseline"]["pids"]).isdisjoint(deps["stack"]["pids"])  # two deployments, not one
+    assert deps["baseline"]["engine_version"] == deps["stack"]["engine_version"] == "0.32.0"
     s = json.loads((run / "compare.json").read_text())
     assert s["scrape_policy"] == "boundary" and s["version_match"]
     (lv,) = s["levels"]
@@ -170,4 +197,4 @@ def test_aa_compare_deploys_a_second_bare_vllm(tmp_path, write_profile):
     assert cores["vllm:VLLM::Worker"]["ran_on"]  # where the engine ran was sampled
     md = (tmp_path / "reports" / run.name / "report.md").read_text()
     assert "95% interval" in md and "Steady state" in md and "cores (baseline)" in md
-    assert_gone(meta["baseline"]["pids"] + meta["stack"]["pids"])
+    assert_gone(deps["baseline"]["pids"] + deps["stack"]["pids"])
