@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from harness.audit import AuditResult
+from harness.catalog import RunEntry, read_results
 from harness.compare import CompareSummary
 from harness.output import fmt, health_warnings, markdown_table, scrape_policy_text
 from harness.topology import cores_sentence
@@ -48,10 +49,13 @@ def tables(s: CompareSummary) -> list[tuple[str, str, list[str], list[list[str]]
                 "excludes 0." + (f" A/A: the latest bare-vLLM-vs-bare-vLLM compare of this profile ({s.aa.run_id}), "
                                  "this host's noise floor." if s.aa else " No A/A compare of this profile yet "
                                  "(`make compare STACK=vllm`)."),
-                ["c", f"{b}", f"{st}", "delta", "95% interval", "verdict", "A/A delta (± half-width)"],
+                ["c", f"{b}", f"{st}", "delta", "95% interval", "verdict", "A/A delta (± half-width)"]
+                + (["measured in"] if s.invocations > 1 else []),
                 [[str(lv.concurrency), fmt(lv.baseline_tok_s), fmt(lv.stack_tok_s), fmt(lv.delta_pct, "{:+.1f}%"),
                   lv.ci.text() + ("" if lv.ci.source == "repeats" else f" ({lv.ci.source})") if lv.ci else "—",
-                  lv.verdict, _aa_cell(aa.get(lv.concurrency))] for lv in s.levels]))
+                  lv.verdict, _aa_cell(aa.get(lv.concurrency))]
+                 + ([", ".join(_invocation(i) for i in lv.invocations) or "—"] if s.invocations > 1 else [])
+                 for lv in s.levels]))
     out.append(("Latency and goodput", "Goodput: share of all sent requests (failures count) within the SLO.",
                 ["c", f"{b} TTFT p95 ms", f"{b} goodput", f"{b} good req/s", f"{st} TTFT p95 ms", f"{st} goodput",
                  f"{st} good req/s"],
@@ -74,6 +78,10 @@ def tables(s: CompareSummary) -> list[tuple[str, str, list[str], list[list[str]]
 
 
 MINOR_CORES = 0.05
+
+
+def _invocation(i: int) -> str:
+    return "first run" if i == 0 else f"resume {i}"
 
 
 def _aa_cell(v: tuple[float | None, float | None, str] | None) -> str:
@@ -186,6 +194,17 @@ def _headline(s: CompareSummary) -> list[str]:
                                                               "NO — " + "; ".join(s.settings_mismatches)))
     for label, why in s.failures.items():
         lines.append(f"- **{label} failed**: {why.splitlines()[0]} (what was measured before is kept)")
+    if s.invocations > 1:
+        lines.append(f"- measured over {s.invocations} invocations (`compare --resume`): the throughput table says "
+                     "which one measured each level; the wall time is the last one's")
+    lines += [f"- **level stopped early** at c={lv.concurrency}: {x} (left out of the figures)"
+              for lv in s.levels for x in lv.incomplete]
+    for label, run in s.runs.items():
+        if run.scrape_gaps:
+            lines.append(f"- metric scrape gaps ({label}): {run.scrape_gaps} of {run.scrapes} scrapes failed: "
+                         + ", ".join(f"{k} {v}" for k, v in run.scrape_gap_reasons.items()))
+        if run.exposed_ports:
+            lines.append(f"- **{label} listens beyond loopback**: {', '.join(run.exposed_ports)}")
     lines.append(f"- metric scraping: {scrape_policy_text(s.scrape_policy)}, the same for both deployments"
                  + (f"; {s.observer_effect}" if s.observer_effect else ""))
     for label, run in s.runs.items():
@@ -229,37 +248,53 @@ SUMMARY_HEADER = ["stack", "in request path?", "engine version", "delta at highe
                   "vllm:* families visible", "run", "status"]
 
 
-def all_stacks_rows(results: Path) -> list[list[str]]:
-    """One row per run under results/: compares with their delta, single runs with their own figures."""
+def _visible(a: AuditResult | None) -> str:
+    if not a or not a.families:
+        return "—"
+    kept = sum(fa.status != "lost" for fa in a.families)
+    renamed = a.counts.get("renamed", 0)
+    return f"{kept}/{len(a.families)}" + (f" ({renamed} renamed)" if renamed else "")
+
+
+def _status_cell(e: RunEntry) -> str:
+    """Status with its flags, and why a run failed or stopped (first line); '|' would split the table cell."""
+    why = (e.reason or "").strip().splitlines()
+    text = e.status + (f" — {why[0][:160]}" if why else "")
+    return text.replace("|", "\\|")
+
+
+def all_stacks_rows(entries: list[RunEntry]) -> list[list[str]]:
+    """One row per run: compares with their delta, single runs with their own figures, audits with what they
+    saw; runs without figures (failed, interrupted, still running, damaged files) with their status."""
     rows = []
-    for run_dir in sorted(p for p in results.glob("*") if p.is_dir()):
-        cmp_path, sum_path = run_dir / "compare.json", run_dir / "summary.json"
-        if cmp_path.exists():
-            s = CompareSummary.model_validate_json(cmp_path.read_text())
+    for e in entries:
+        if s := e.compare:
             top = next((lv for lv in reversed(s.levels) if lv.delta_pct is not None), None)
-            vis = "—"
-            if s.audit and s.audit.families:
-                kept = sum(fa.status != "lost" for fa in s.audit.families)
-                renamed = s.audit.counts.get("renamed", 0)
-                vis = f"{kept}/{len(s.audit.families)}" + (f" ({renamed} renamed)" if renamed else "")
             rows.append([s.stack, "yes" if s.in_request_path else "no",
                          s.versions.get("stack", "—") + ("" if s.version_match else " (≠ baseline)"),
                          f"{top.delta_pct:+.1f}% at c={top.concurrency} ({top.verdict})" if top else "—",
-                         _pct(top.stack_goodput) if top else "—", fmt(top.stack_ttft_p95_ms) if top else "—", vis,
-                         run_dir.name, s.status])
-        elif sum_path.exists():
-            d = json.loads(sum_path.read_text())
-            meta_path = run_dir / "run.json"
-            status = json.loads(meta_path.read_text()).get("status", "?") if meta_path.exists() else "?"
-            last = d["levels"][-1]["stats"] if d.get("levels") else None
-            rows.append([d["stack"], "—", d.get("engine_version", "—"), "— (single run)",
-                         _pct(last["goodput"]) if last else "—", fmt(last["ttft_ms"]["p95"]) if last else "—", "—",
-                         run_dir.name, status])
+                         _pct(top.stack_goodput) if top else "—", fmt(top.stack_ttft_p95_ms) if top else "—",
+                         _visible(s.audit), e.run_id, _status_cell(e)])
+        elif d := e.summary:
+            rows.append([d.stack, "—", d.engine_version or "—", "— (single run)",
+                         _pct(d.last.goodput) if d.last else "—", fmt(d.last.ttft_p95_ms) if d.last else "—", "—",
+                         e.run_id, _status_cell(e)])
+        else:
+            kind = {"compare": "compare", "run": "single run", "audit": "audit"}.get(e.command or "", "?")
+            rows.append([e.stack, "—", "—", f"— ({kind})", "—", "—", _visible(e.audit), e.run_id, _status_cell(e)])
     return rows
 
 
-def write_all_stacks(results: Path, out: Path) -> tuple[Path, list[list[str]]]:
-    rows = all_stacks_rows(results)
+def write_all_stacks(results: Path, out: Path) -> tuple[Path, list[list[str]], list[str]]:
+    """`make report`: reports/summary.md from every run under results/. Returns (its path, the table's rows,
+    one line per folder skipped or flagged); a damaged folder is named there and never stops the report."""
+    entries, problems = read_results(results)
+    rows = all_stacks_rows(entries)
+    md = ["# layerbench: all stacks", "",
+          markdown_table(SUMMARY_HEADER, rows) if rows else f"No run under {results} could be reported.", ""]
+    if problems:
+        md += ["## Skipped or damaged", "", "Folders that were skipped, or whose runs are listed above without "
+               "some of their figures or with a flagged status:", "", *[f"- {p}" for p in problems], ""]
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("# layerbench: all stacks\n\n" + markdown_table(SUMMARY_HEADER, rows) + "\n")
-    return out, rows
+    out.write_text("\n".join(md))
+    return out, rows, problems
