@@ -4,6 +4,8 @@
 #   make run STACK=endpoint URL=http://127.0.0.1:8000   measure a server that is already running
 #   make audit STACK=ray       which vllm:* metrics survive behind the layer
 #   make report                all-stacks summary from every run under results/
+#   make soak                  10 min at c=64 against the reference engine with faults on a schedule
+#   make compare STACK=ray RESUME=<run-id>   continue an interrupted or failed compare
 #   make test                  unit + integration tests (starts real vLLM on CPU)
 SHELL := /bin/bash
 PY ?= python3.11
@@ -17,6 +19,8 @@ STACK ?= vllm
 PROFILE ?= quick
 URL ?=
 REPEATS ?=
+RESUME ?=
+DURATION ?= 600
 ARGS ?=
 LB := $(VENV)/bin/layerbench
 
@@ -26,9 +30,9 @@ needs = $(if $(filter $(STACK),$(ENGINE_STACKS)),setup $(if $(filter ray,$(STACK
 
 setup-ray: setup $(STAMPS)/ray
 
-.PHONY: setup setup-ray client run compare audit report test test-fast lint bench-harness clean help
+.PHONY: setup setup-ray client run compare audit report soak test test-fast lint bench-harness clean help
 help:
-	@sed -n '2,8p' Makefile
+	@sed -n '2,10p' Makefile
 
 setup: client $(STAMPS)/engine $(STAMPS)/model
 client: $(STAMPS)/client
@@ -57,13 +61,17 @@ run: $(needs)
 	$(LB) run --stack $(STACK) --profile $(PROFILE) $(if $(URL),--url $(URL)) $(ARGS)
 
 compare: $(needs)
-	$(LB) compare --stack $(STACK) --profile $(PROFILE) $(if $(REPEATS),--repeats $(REPEATS)) $(ARGS)
+	$(LB) compare $(if $(RESUME),--resume $(RESUME),--stack $(STACK) --profile $(PROFILE)) \
+		$(if $(REPEATS),--repeats $(REPEATS)) $(ARGS)
 
 audit: $(needs)
 	$(LB) audit --stack $(STACK) $(if $(URL),--url $(URL)) $(ARGS)
 
 report: client
 	$(LB) report $(ARGS)
+
+soak: client
+	$(LB) soak --duration $(DURATION) $(ARGS)
 
 bench-harness: setup
 	$(LB) bench-harness $(ARGS)

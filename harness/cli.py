@@ -6,7 +6,8 @@ tears the deployment down, keeps what was measured and marks the run interrupted
 from __future__ import annotations
 
 import argparse
-import signal
+import json
+import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,10 +22,6 @@ from harness.results import RESULTS_DIR, RunWriter
 # Wide tables stay readable when output goes to a file or CI log instead of a terminal.
 console = Console(width=None if sys.stdout.isatty() else 170)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 170)
-
-
-def _raise_interrupt(signum, frame):  # SIGTERM behaves like Ctrl-C: teardown runs
-    raise KeyboardInterrupt
 
 
 class Outcome:
@@ -60,50 +57,33 @@ def recorded(writer: RunWriter):
         writer.finish(out.status, out.reason)
 
 
-def place(profile: LoadProfile) -> dict:
-    """Client priority and cores before anything is deployed (deployments inherit neither); for run.json."""
-    from harness.placement import apply
-
-    p = apply(profile.client_nice, profile.client_cpus)
-    return {**p.model_dump(), "sentence": p.sentence()}
-
-
-def deploy_and_measure(stack, profile: LoadProfile, writer: RunWriter, label: str, repeats: int | None = None):
-    """Deploy (if needed), wait, verify, sweep. The caller owns teardown via the stack's context manager."""
-    from harness.sweep import RunSummary, measure
-
-    stack.deploy()
-    waited = stack.wait_ready(stack.settings.startup_timeout_s)
-    console.print(f"[green]{label}: {stack.kind} ready[/] in {waited:.1f}s at {stack.endpoint().base_url}")
-    summary = RunSummary(run_id=writer.run_id, label=label, stack=stack.kind,
-                         engine_version=stack.engine_version(), applied=stack.verify_config(),
-                         profile=profile.name)
-    writer.write_meta(**{label: {**stack.describe(), "engine_version": summary.engine_version,
-                                 "applied": summary.applied.model_dump(), "startup_s": round(waited, 1),
-                                 "pids": sorted(p.pid for ps in stack.processes().values() for p in ps),
-                                 "logs": {k: str(v) for k, v in stack.log_locations().items()}}})
-    return measure(stack, profile, writer, summary, console, repeats)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.output import level_table, summary_markdown
+    from harness.session import deploy_and_measure, place
     from stacks.base import get_stack
 
-    profile = load_profile(args.profile)
+    profile = load_profile(args.profile or "quick")
     stack_cls = get_stack(args.stack)
     run_id = new_run_id(args.stack)
     stack = stack_cls(_settings(args, profile, Path(args.results_dir) / run_id / "logs"))  # validates options
     writer = RunWriter(run_id, Path(args.results_dir), meta={
-        "command": "run", "stack": args.stack, "profile": profile.model_dump(), "placement": place(profile)})
+        "command": "run", "stack": args.stack, "profile": profile.model_dump(), "placement": place(profile),
+        "pid": os.getpid()})
     console.print(f"run [bold]{run_id}[/] → {writer.dir}")
     summary = None
     with recorded(writer) as outcome:
         with stack:
-            summary = deploy_and_measure(stack, profile, writer, label=args.stack, repeats=args.repeats)
+            summary = deploy_and_measure(stack, profile, writer, args.stack, console, args.repeats)
+    partial = writer.dir / "summary.json"
+    if summary is None and partial.exists():  # stopped mid-run: what was measured, and why it stopped
+        from harness.sweep import RunSummary
+
+        summary = RunSummary.model_validate_json(partial.read_text())
     if summary is not None:
         summary.status = outcome.status
         writer.write_json("summary.json", summary.model_dump())
         (writer.dir / "summary.md").write_text(summary_markdown(summary, writer.meta))
+        writer.scrub()
         console.print(level_table(summary))
     console.print(f"results: {writer.dir} (status: {outcome.status})")
     return outcome.exit_code(writer)
@@ -123,33 +103,52 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     from harness.compare import latest_aa, observer_effect, run_compare
     from harness.report import REPORTS_DIR, write_report
+    from harness.resume import plan_resume
+    from harness.session import deploy_and_measure, place
     from stacks.base import get_stack
 
-    profile = load_profile(args.profile)
+    results = Path(args.results_dir)
+    plan = None
+    if args.resume:
+        plan = plan_resume(results, args.resume, args.stack, load_profile(args.profile) if args.profile else None,
+                           parse_options(args.opt), args.repeats)
+        args.stack, args.opt = plan.stack, [f"{k}={v}" for k, v in plan.options.items()]
+    elif not args.stack:
+        raise LayerbenchError("compare needs --stack (or --resume RUN_ID)")
+    profile = plan.profile if plan else load_profile(args.profile or "quick")
     stack_cls = get_stack(args.stack)
-    repeats = args.repeats or max(profile.repeats, 2)  # a noise band needs at least two sweeps
-    run_id = new_run_id(f"compare-{args.stack}")
-    stack = stack_cls(_settings(args, profile, Path(args.results_dir) / run_id / "logs"))  # validates options
+    repeats = plan.repeats if plan else args.repeats or max(profile.repeats, 2)  # a noise band needs >= 2 sweeps
+    run_id = plan.run_id if plan else new_run_id(f"compare-{args.stack}")
+    stack = stack_cls(_settings(args, profile, results / run_id / "logs"))  # validates options
     placement = place(profile)
-    writer = RunWriter(run_id, Path(args.results_dir), meta={"command": "compare", "stack": args.stack,
-                                                            "repeats": repeats, "profile": profile.model_dump(),
-                                                            "placement": placement})
-    console.print(f"compare [bold]{run_id}[/]: {args.stack} vs its version-matched baseline → {writer.dir}")
+    invocation = plan.invocation if plan else 0
+    meta = {"command": "compare", "stack": args.stack, "repeats": repeats, "profile": profile.model_dump(),
+            "options": dict(stack.settings.options), "placement": placement, "pid": os.getpid()}
+    if plan:
+        old = json.loads((results / run_id / "run.json").read_text())
+        meta["invocations"] = [*old.get("invocations", []), {
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "previous_status": old.get("status"),
+            "previous_reason": old.get("reason")}]
+    writer = RunWriter(run_id, results, meta=meta, resume=plan is not None)
+    verb = f"resume {invocation} of" if plan else "compare"
+    console.print(f"{verb} [bold]{run_id}[/]: {args.stack} vs its version-matched baseline → {writer.dir}")
     t0 = time.monotonic()
     summary = None
     with recorded(writer) as outcome:
         summary = run_compare(stack, profile, writer, console, repeats, args.allow_version_mismatch,
-                              lambda target, label: deploy_and_measure(target, profile, writer, label, repeats))
+                              lambda target, label, prior: deploy_and_measure(
+                                  target, profile, writer, label, console, repeats, prior, invocation), plan)
         if summary.failures:  # the stack died: what it measured is kept and reported
             outcome.reason = "; ".join(f"{k}: {v.splitlines()[0]}" for k, v in summary.failures.items())
     if summary is None:
         return outcome.exit_code(writer)
     summary.wall_s = time.monotonic() - t0
     summary.placement, summary.host_cores = placement["sentence"], placement["host_cores"]
-    summary.aa = latest_aa(Path(args.results_dir), profile.name, exclude=run_id)
+    summary.aa = latest_aa(results, profile.name, exclude=run_id)
     summary.observer_effect = observer_effect(profile.scrape)
     writer.write_json("compare.json", summary.model_dump())
     report = write_report(summary, Path(args.reports_dir) / run_id if args.reports_dir else REPORTS_DIR / run_id)
+    writer.scrub(report.parent)
     console.print(report.read_text(), markup=False, highlight=False)
     console.print(f"report: {report} (+ report.html, plots); results: {writer.dir} (status: {outcome.status})")
     return outcome.exit_code(writer)
@@ -159,21 +158,22 @@ def cmd_audit(args: argparse.Namespace) -> int:
     """Deploy baseline and stack briefly, send a few requests so request-driven families appear, scrape every
     metric endpoint, and audit what survives; no throughput is measured."""
     from harness.audit import audit_from_scrapes, live_facts, refresh_logs
+    from harness.session import deploy_and_measure, place
     from stacks.base import get_stack
 
-    profile = load_profile(args.profile).model_copy(update={
+    profile = load_profile(args.profile or "quick").model_copy(update={
         "concurrency": [2], "requests": 6, "requests_per_concurrency": 0, "min_duration_s": 2.5,
         "warmup_waves": 0, "repeats": 1})
     stack_cls = get_stack(args.stack)
     run_id = new_run_id(f"audit-{args.stack}")
     stack = stack_cls(_settings(args, profile, Path(args.results_dir) / run_id / "logs"))  # validates options
     writer = RunWriter(run_id, Path(args.results_dir), meta={"command": "audit", "stack": args.stack,
-                                                            "placement": place(profile)})
+                                                            "placement": place(profile), "pid": os.getpid()})
     live = {}
     with recorded(writer) as outcome:
         for label, target in (("baseline", stack.baseline() or stack), ("stack", stack)):
             with target:
-                deploy_and_measure(target, profile, writer, label, 1)
+                deploy_and_measure(target, profile, writer, label, console, 1)
                 live[label] = live_facts(target)
             refresh_logs(live[label], target)
     if outcome.status != "complete":
@@ -197,9 +197,20 @@ def cmd_report(args: argparse.Namespace) -> int:
     from harness.output import markdown_table
     from harness.report import SUMMARY_HEADER, write_all_stacks
 
-    path, rows = write_all_stacks(Path(args.results_dir), Path(args.out))
-    console.print(markdown_table(SUMMARY_HEADER, rows), markup=False, highlight=False)
-    console.print(f"written: {path} ({len(rows)} runs)")
+    # A damaged folder is named, never fatal: the other runs are still reported and the exit code stays 0.
+    path, rows, problems = write_all_stacks(Path(args.results_dir), Path(args.out))
+    if rows:
+        console.print(markdown_table(SUMMARY_HEADER, rows), markup=False, highlight=False)
+    if problems:
+        console.print(f"skipped or damaged ({len(problems)}):", style="yellow", markup=False, highlight=False)
+        for line in problems:
+            console.print(f"  {line}", style="yellow", markup=False, highlight=False)
+    if not rows:
+        console.print(f"no run could be reported: every folder under {args.results_dir} is damaged or not a run "
+                      "(listed above)" if problems else f"no runs under {args.results_dir} yet",
+                      style="yellow", markup=False, highlight=False)
+    console.print(f"written: {path} ({len(rows)} runs" + (f", {len(problems)} folders skipped or flagged)"
+                                                          if problems else ")"), markup=False, highlight=False)
     return 0
 
 
@@ -233,54 +244,78 @@ def parse_options(pairs: list[str] | None) -> dict[str, str | int | float | bool
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from harness import inputs
+
     p = argparse.ArgumentParser(prog="layerbench", description="What does a serving layer cost in front of vLLM?")
     sub = p.add_subparsers(dest="command", required=True)
+    profile_help = "built-in name (quick, cpu, default) or a YAML path (default: quick)"
+    results_help = "where run folders go (default: results/)"
 
     r = sub.add_parser("run", help="deploy one stack, sweep the profile, tear down")
     r.add_argument("--stack", required=True)
-    r.add_argument("--profile", default="quick", help="built-in name (quick, cpu, default) or a YAML path")
-    r.add_argument("--url", help="server address for --stack endpoint")
-    r.add_argument("--port", type=int, help="port for a locally deployed server (default: a free one)")
-    r.add_argument("--repeats", type=int, help="repeat the sweep N times (default: the profile's)")
+    r.add_argument("--profile", help=profile_help)
+    r.add_argument("--url", type=inputs.url, help="server address for --stack endpoint")
+    r.add_argument("--port", type=inputs.port, help="port for a locally deployed server (default: a free one)")
+    r.add_argument("--repeats", type=inputs.positive_int, help="repeat the sweep N times (default: the profile's)")
     r.add_argument("--opt", action="append", metavar="KEY=VALUE", help="stack option (repeatable)")
-    r.add_argument("--results-dir", default=str(RESULTS_DIR))
+    r.add_argument("--results-dir", type=inputs.results_dir, default=str(RESULTS_DIR), help=results_help)
     r.set_defaults(func=cmd_run)
 
     c = sub.add_parser("compare", help="a stack against its version-matched bare vLLM; writes a report")
-    c.add_argument("--stack", required=True)
-    c.add_argument("--profile", default="quick")
-    c.add_argument("--repeats", type=int, help="sweeps per deployment (default: the profile's, at least 2)")
+    c.add_argument("--stack", help="required unless --resume")
+    c.add_argument("--profile", help=profile_help)
+    c.add_argument("--repeats", type=inputs.positive_int,
+                   help="sweeps per deployment (default: the profile's, at least 2)")
+    c.add_argument("--resume", metavar="RUN_ID", help="continue an interrupted or failed compare after its last "
+                   "complete level; the other options may be left out (they must match when given)")
     c.add_argument("--allow-version-mismatch", action="store_true")
     c.add_argument("--opt", action="append", metavar="KEY=VALUE", help="stack option (repeatable)")
-    c.add_argument("--results-dir", default=str(RESULTS_DIR))
-    c.add_argument("--reports-dir", default=None, help="default: reports/")
+    c.add_argument("--results-dir", type=inputs.results_dir, default=str(RESULTS_DIR), help=results_help)
+    c.add_argument("--reports-dir", type=inputs.results_dir, default=None, help="default: reports/")
     c.set_defaults(func=cmd_compare)
 
     a = sub.add_parser("audit", help="which vllm:* metrics survive behind the layer")
     a.add_argument("--stack", required=True)
-    a.add_argument("--profile", default="quick", help="engine settings come from here")
-    a.add_argument("--url", help="server address for --stack endpoint")
+    a.add_argument("--profile", help="engine settings come from here (default: quick)")
+    a.add_argument("--url", type=inputs.url, help="server address for --stack endpoint")
     a.add_argument("--opt", action="append", metavar="KEY=VALUE")
-    a.add_argument("--results-dir", default=str(RESULTS_DIR))
+    a.add_argument("--results-dir", type=inputs.results_dir, default=str(RESULTS_DIR), help=results_help)
     a.set_defaults(func=cmd_audit)
 
     rp = sub.add_parser("report", help="all-stacks summary table from every run under results/")
     rp.add_argument("--results-dir", default=str(RESULTS_DIR))
-    rp.add_argument("--out", default="reports/summary.md")
+    rp.add_argument("--out", type=inputs.output_file, default="reports/summary.md")
     rp.set_defaults(func=cmd_report)
 
     b = sub.add_parser("bench-harness", help="measure layerbench's own accuracy against the reference engine")
-    b.add_argument("--out-dir", default="reports/harness")
+    b.add_argument("--out-dir", type=inputs.results_dir, default="reports/harness")
     b.set_defaults(func=cmd_bench_harness)
+
+    sk = sub.add_parser("soak", help="the reference engine at c=64 for a long time with faults on a schedule")
+    sk.add_argument("--duration", type=inputs.positive_int, default=600, help="seconds (default 600)")
+    sk.add_argument("--concurrency", type=inputs.positive_int, default=64)
+    sk.add_argument("--results-dir", type=inputs.results_dir, default=str(RESULTS_DIR), help=results_help)
+    sk.add_argument("--out-dir", type=inputs.results_dir, default="reports/soak")
+    sk.set_defaults(func=cmd_soak)
     return p
 
 
+def cmd_soak(args: argparse.Namespace) -> int:
+    from harness.soak import run_soak
+
+    result, path = run_soak(args.duration, args.concurrency, Path(args.results_dir), Path(args.out_dir), console)
+    console.print(path.read_text(), markup=False, highlight=False)
+    console.print(f"written: {path}")
+    if not result.passed:
+        raise LayerbenchError("soak failed: " + "; ".join(result.problems))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    from harness import signals
+
     args = build_parser().parse_args(argv)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
-    # A shell starts background jobs with SIGINT ignored and children inherit that; Ctrl-C must still
-    # tear the deployment down, so restore Python's handler (asyncio.run only hooks it when it is default).
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signals.install()
     try:
         return args.func(args)
     except LayerbenchError as e:
@@ -289,6 +324,19 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted[/]")
         return 130
+    except Exception as e:  # a bug of ours: one line for the user, the traceback in a file for the report
+        return _internal_error(e)
+
+
+def _internal_error(e: Exception) -> int:
+    import tempfile
+    import traceback
+
+    with tempfile.NamedTemporaryFile("w", prefix="layerbench-error-", suffix=".txt", delete=False) as f:
+        traceback.print_exc(file=f)
+    err_console.print(f"[bold red]internal error:[/] {type(e).__name__}: {e} (a layerbench bug; traceback in "
+                      f"{f.name})", highlight=False)
+    return 3
 
 
 if __name__ == "__main__":

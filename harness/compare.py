@@ -19,6 +19,7 @@ from harness.errors import LayerbenchError
 from harness.noise import DeltaInterval, delta_interval
 from harness.profile import LoadProfile
 from harness.results import RunWriter, read_jsonl
+from harness.resume import ResumePlan
 from harness.steady import likely_cause
 from harness.sweep import LevelSummary, RunSummary
 from stacks.base import AppliedConfig, Stack
@@ -32,6 +33,8 @@ class LevelDelta(BaseModel):
     ci: DeltaInterval | None  # 95% interval of the delta; None: not enough values
     noise_pct: float | None  # the interval's half-width, for the plot's band
     verdict: str  # "overhead" | "gain" | "within noise" | "no interval" | "missing"
+    invocations: list[int] = []  # which invocations measured this level (0: the first, n: the n-th resume)
+    incomplete: list[str] = []  # repeats stopped before their end, with why
     baseline_not_steady: list[str] = []  # one line per unsteady repeat, with its reasons
     stack_not_steady: list[str] = []
     baseline_modes: list[str] = []  # bimodal TTFT, per repeat where found
@@ -79,6 +82,7 @@ class CompareSummary(BaseModel):
     observer_effect: str | None = None  # what the observer benchmark measured for this policy, where it exists
     placement: str | None = None
     host_cores: int = 0
+    invocations: int = 1  # how many `compare` / `compare --resume` invocations measured it
 
 
 def latest_aa(results: Path, profile: str, exclude: str | None = None) -> AAReference | None:
@@ -136,8 +140,11 @@ def _cores(levels: list[LevelSummary]) -> tuple[dict[str, float], float | None]:
 def level_deltas(base: RunSummary | None, stack: RunSummary | None, concurrency: list[int]) -> list[LevelDelta]:
     out = []
     for c in concurrency:
-        b = [lv for lv in (base.levels if base else []) if lv.stats.concurrency == c]
-        s = [lv for lv in (stack.levels if stack else []) if lv.stats.concurrency == c]
+        b_all = [lv for lv in (base.levels if base else []) if lv.stats.concurrency == c]
+        s_all = [lv for lv in (stack.levels if stack else []) if lv.stats.concurrency == c]
+        # a level stopped mid-way (its deployment died) is listed, but its figures are not a measurement
+        b = [lv for lv in b_all if lv.incomplete is None]
+        s = [lv for lv in s_all if lv.incomplete is None]
         b_tok = [lv.stats.throughput_tok_s for lv in b]
         s_tok = [lv.stats.throughput_tok_s for lv in s]
         bt = float(np.mean(b_tok)) if b_tok else None
@@ -165,6 +172,10 @@ def level_deltas(base: RunSummary | None, stack: RunSummary | None, concurrency:
             stack_good_rps=mean(s, lambda lv: lv.stats.good_rps),
             baseline_cpu_cores=b_cores, stack_cpu_cores=s_cores,
             baseline_client_cores=b_client, stack_client_cores=s_client,
+            invocations=sorted({lv.invocation for lv in b + s}),
+            incomplete=[f"{side} r{lv.stats.repeat + 1}: {lv.incomplete} ({lv.stats.sent} sent)"
+                        for side, levels in (("baseline", b_all), ("stack", s_all)) for lv in levels
+                        if lv.incomplete],
         ))
     return out
 
@@ -198,8 +209,10 @@ def check_versions(baseline: Stack, stack: Stack, allow_mismatch: bool) -> dict[
 
 
 def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: Console, repeats: int,
-                allow_mismatch: bool, measure_fn) -> CompareSummary:
-    """measure_fn(stack, label) deploys, waits, sweeps and returns a RunSummary (cli.deploy_and_measure)."""
+                allow_mismatch: bool, measure_fn, plan: ResumePlan | None = None) -> CompareSummary:
+    """measure_fn(stack, label, prior) deploys, waits, sweeps and returns a RunSummary
+    (harness.session.deploy_and_measure). plan: a resumed compare; a side it measured completely is not
+    deployed again, the other continues after its last complete level."""
     baseline = stack.baseline()
     if baseline is None:
         raise LayerbenchError(f"stack {stack.kind} names no baseline")
@@ -209,13 +222,19 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
         profile=profile.name, repeats=repeats, versions=versions,
         version_match=versions["baseline"] == versions["stack"],
         applied={}, settings_match=False, settings_mismatches=[], options=dict(stack.settings.options),
-        scrape_policy=profile.scrape,
+        scrape_policy=profile.scrape, invocations=(plan.invocation if plan else 0) + 1,
     )
     live: dict[str, LiveFacts] = {}
     for label, target in (("baseline", baseline), ("stack", stack)):
+        prior = plan.prior.get(label) if plan else None
+        if plan and plan.side_done(label) and prior is not None:
+            console.print(f"{label} {target.kind}: every level was measured before; not deployed again")
+            summary.runs[label], summary.applied[label] = prior, prior.applied
+            summary.versions[label] = prior.engine_version
+            continue
         try:
             with target:
-                run = measure_fn(target, label)
+                run = measure_fn(target, label, prior)
                 summary.runs[label] = run
                 summary.applied[label] = run.applied
                 summary.versions[label] = run.engine_version  # the live answer beats the declared one

@@ -33,6 +33,8 @@ def level_rows(summary: RunSummary) -> list[list[str]]:
             note.append("errors " + ", ".join(f"{k}={v}" for k, v in s.errors.items()))
         if lv.server.gaps:
             note.append(f"{lv.server.gaps} scrape gaps")
+        if lv.incomplete:
+            note.insert(0, f"STOPPED EARLY: {lv.incomplete}")
         rows.append([
             f"{s.concurrency}" + (f" r{s.repeat + 1}" if s.repeat else ""), f"{s.succeeded}/{s.sent}",
             fmt(s.ttft_ms.p50), fmt(s.ttft_ms.p95), fmt(s.itl_ms.p50, "{:.2f}"), fmt(s.tpot_ms.p50, "{:.2f}"),
@@ -68,7 +70,8 @@ def summary_markdown(summary: RunSummary, meta: dict) -> str:
         f"max concurrency={a.max_concurrency}x at {a.max_concurrency_at_tokens} tokens/request",
         f"- host: {meta.get('host', {}).get('cpus')} CPUs, git {meta.get('git')}",
         f"- metric scrapes: {summary.scrapes} ({scrape_policy_text(summary.scrape_policy)}), gaps: "
-        f"{summary.scrape_gaps}; a scrape took {fmt(summary.scrape_ms.p50)} ms p50, {fmt(summary.scrape_ms.max)} max",
+        f"{summary.scrape_gaps}" + "".join(f", {k} {v}" for k, v in summary.scrape_gap_reasons.items())
+        + f"; a scrape took {fmt(summary.scrape_ms.p50)} ms p50, {fmt(summary.scrape_ms.max)} max",
         f"- placement: {meta.get('placement', {}).get('sentence', '—')}",
         "- cores: " + cores_sentence(summary.cores, meta.get("placement", {}).get("host_cores", 0),
                                      summary.engine_binding, summary.sampler_cpu_pct),
@@ -78,6 +81,10 @@ def summary_markdown(summary: RunSummary, meta: dict) -> str:
         "",
     ]
     lines += [f"**Warning:** {w}" for w in health_warnings(summary)]
+    if summary.stopped:
+        lines.insert(3, f"- **stopped early**: {summary.stopped}; every level above it is kept")
+    if summary.exposed_ports:
+        lines.insert(3, f"- **listens beyond loopback**: {', '.join(summary.exposed_ports)}")
     return "\n".join(lines) + "\n"
 
 

@@ -1,15 +1,24 @@
 """results/<run-id>/: run.json (status, versions, settings, host, git revision, profile), requests.jsonl,
 scrapes.jsonl, summary.json. Lines are flushed as they are measured, so an interrupted or failed run keeps
-what it measured, and run.json's status says it did not complete (never looks like a success)."""
+what it measured, and run.json's status says it did not complete (never looks like a success).
+
+A write that fails (disk full, file size limit) becomes one LayerbenchError naming the file; a request line
+cut short by it is removed again, so every line already in requests.jsonl stays whole. At the end of every
+run, whatever happened, summaries still marked `running` take the run's status and secrets found in the
+environment are scrubbed from every file of the folder."""
 
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from harness.errors import LayerbenchError
 
 RESULTS_DIR = Path("results")
 
@@ -26,8 +35,6 @@ def git_revision() -> str | None:
 
 
 def host_info() -> dict[str, Any]:
-    import os
-
     import psutil
 
     return {
@@ -39,44 +46,101 @@ def host_info() -> dict[str, Any]:
     }
 
 
+def _cannot_write(path: Path, e: OSError) -> LayerbenchError:
+    return LayerbenchError(f"cannot write {path}: {e.strerror or e} (is the disk full?); what was written "
+                           "before is intact")
+
+
 class RunWriter:
-    def __init__(self, run_id: str, root: Path = RESULTS_DIR, meta: dict[str, Any] | None = None):
+    def __init__(self, run_id: str, root: Path = RESULTS_DIR, meta: dict[str, Any] | None = None,
+                 resume: bool = False):
+        """resume: append to an existing run folder (`compare --resume`), keeping its run.json fields."""
         self.run_id = run_id
         self.dir = root / run_id
-        self.dir.mkdir(parents=True, exist_ok=False)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=resume)
+        except FileExistsError:
+            raise LayerbenchError(f"results folder {self.dir} already exists") from None
+        except OSError as e:
+            raise LayerbenchError(f"cannot create the results folder {self.dir}: {e.strerror or e}") from None
+        old = json.loads((self.dir / "run.json").read_text()) if resume else {}
         self.meta: dict[str, Any] = {
             "run_id": run_id,
-            "status": "running",
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "git": git_revision(),
             "host": host_info(),
+            **old,
             **(meta or {}),
+            "status": "running",
         }
-        self._requests = (self.dir / "requests.jsonl").open("a")
-        (self.dir / "scrapes.jsonl").touch()  # appended to by the scraper process
+        try:
+            self._requests = (self.dir / "requests.jsonl").open("a")
+            (self.dir / "scrapes.jsonl").touch()  # appended to by the scraper process
+        except OSError as e:
+            raise _cannot_write(self.dir, e) from None
+        self.lost = 0  # request lines that could not be written
         self.write_meta()
 
     def write_meta(self, **updates: Any) -> None:
         self.meta.update(updates)
-        tmp = self.dir / "run.json.tmp"
-        tmp.write_text(json.dumps(self.meta, indent=2, default=str))
-        tmp.replace(self.dir / "run.json")
+        self.write_json("run.json", self.meta)
 
     def request(self, record: dict) -> None:
-        self._requests.write(json.dumps(record, separators=(",", ":")) + "\n")
-        self._requests.flush()
+        if self._requests.closed:
+            self.lost += 1
+            return
+        pos = self._requests.tell()
+        try:
+            self._requests.write(json.dumps(record, separators=(",", ":")) + "\n")
+            self._requests.flush()
+        except OSError as e:
+            self.lost += 1
+            try:  # drop the part of the line that did get out, then stop writing
+                self._requests.truncate(pos)
+                self._requests.close()
+            except OSError:
+                pass
+            raise _cannot_write(self.dir / "requests.jsonl", e) from None
 
     def write_json(self, name: str, data: Any) -> Path:
         path = self.dir / name
         tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(data, indent=2, default=str))
-        tmp.replace(path)
+        try:
+            tmp.write_text(json.dumps(data, indent=2, default=str))
+            tmp.replace(path)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            raise _cannot_write(path, e) from None
         return path
 
     def finish(self, status: str, reason: str | None = None) -> None:
-        """status: complete | failed | interrupted. Always called, whatever happened."""
-        self.write_meta(status=status, reason=reason, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-        self._requests.close()
+        """status: complete | failed | interrupted. Always called, whatever happened; never raises."""
+        try:
+            self._requests.close()
+        except OSError:
+            pass
+        try:
+            for path in self.dir.glob("summary*.json"):  # a summary left `running` by a failed level
+                d = json.loads(path.read_text())
+                if isinstance(d, dict) and d.get("status") == "running":
+                    self.write_json(path.name, {**d, "status": status})
+            self.write_meta(status=status, reason=reason, finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                            **({"lost_request_lines": self.lost} if self.lost else {}))
+        except (OSError, ValueError, LayerbenchError) as e:
+            print(f"layerbench: could not mark {self.dir} {status}: {e}", file=sys.stderr)
+        self.scrub()
+
+    def scrub(self, *more: Path) -> None:
+        """Remove secrets found in the environment from every file of the run folder (and `more` folders):
+        servers' logs and anything written after `finish` included."""
+        from harness.redact import redact_tree, secret_values
+
+        secrets = secret_values(os.environ)
+        for root in (self.dir, *more):
+            try:
+                redact_tree(root, secrets)
+            except OSError as e:
+                print(f"layerbench: could not scrub secrets from {root}: {e}", file=sys.stderr)
 
 
 def read_jsonl(path: Path) -> list[dict]:

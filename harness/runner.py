@@ -46,6 +46,8 @@ class LevelRun(BaseModel):
     concurrency: int
     repeat: int
     records: list[dict]  # RequestRecord.to_json() of measured requests (warmup excluded)
+    sent: int  # requests the level started; every one is in `records`, also when it was stopped
+    aborted: str | None = None  # why the level stopped before its end (the deployment died or is unreachable)
     client: ClientHealth
     process_cpu_s: dict[str, float]  # deployment process label -> CPU seconds during the measured window
     window_s: float
@@ -81,41 +83,123 @@ async def _lag_monitor(samples: list[float], stop: asyncio.Event) -> None:
         samples.append(max(0.0, (clock() - t - LAG_TICK_S) * 1e3))
 
 
-async def _drive(client: StreamClient, gen: PromptGenerator, level: int, repeat: int, phase: str,
-                 n: int, min_duration_s: float, conns: list, on_record: Callable[[RequestRecord], None]
-                 ) -> list[RequestRecord]:
-    clock = time.perf_counter_ns
-    records: list[RequestRecord] = []
-    issued = 0
-    t0 = clock()
-    min_ns = int(min_duration_s * 1e9)
+# A level stops when its deployment is gone: the stack says it died (checked every WATCH_S), or every
+# request for UNREACHABLE_S failed to connect. A slot backs off after a connect error (up to 1 s) instead of
+# firing thousands of refused connections a second at full client CPU.
+WATCH_S = 0.25
+UNREACHABLE_S = 10.0
+BACKOFF_MAX_S = 1.0
 
-    def take() -> int | None:
-        nonlocal issued
-        if issued < n or clock() - t0 < min_ns:
-            issued += 1
-            return issued - 1
+
+class Flow:
+    """One closed-loop phase: what was sent and recorded, and why it stopped early (if it did)."""
+
+    def __init__(self, n: int, min_duration_s: float, keep: bool):
+        self.n, self.min_ns, self.keep = n, int(min_duration_s * 1e9), keep
+        self.t0 = time.perf_counter_ns()
+        self.sent = self.recorded = 0
+        self.records: list[RequestRecord] = []
+        self.abort: str | None = None
+        self.connect_errors = 0
+        self._unreachable_since: int | None = None
+
+    def take(self) -> int | None:
+        if self.abort is None and (self.sent < self.n or time.perf_counter_ns() - self.t0 < self.min_ns):
+            self.sent += 1
+            return self.sent - 1
         return None
+
+    def reached(self, rec: RequestRecord) -> None:
+        """Note whether the server could be reached; sets `abort` after UNREACHABLE_S of connect errors."""
+        if rec.error != "connect":
+            self._unreachable_since = None
+            return
+        self.connect_errors += 1
+        now = time.perf_counter_ns()
+        self._unreachable_since = self._unreachable_since or now
+        if now - self._unreachable_since >= UNREACHABLE_S * 1e9 and self.abort is None:
+            self.abort = (f"server unreachable: every request for {UNREACHABLE_S:.0f} s failed to connect "
+                          f"({self.connect_errors} connect errors)")
+
+
+async def _watch(flow: Flow, tasks: list[asyncio.Task], dead: Callable[[], str | None] | None) -> None:
+    while flow.abort is None:
+        await asyncio.sleep(WATCH_S)
+        if flow.abort is None and dead is not None and (why := dead()):
+            flow.abort = f"deployment died: {why}"
+    for t in tasks:
+        t.cancel()
+
+
+async def _drive(client: StreamClient, gen: PromptGenerator, level: int, repeat: int, phase: str,
+                 n: int, min_duration_s: float, conns: list, on_record: Callable[[RequestRecord], None],
+                 dead: Callable[[], str | None] | None = None, keep: bool = True) -> Flow:
+    """Every request taken is recorded exactly once (sent = recorded), also when the phase is stopped: by a
+    dead deployment (`aborted`), by Ctrl-C / SIGTERM (`interrupted`) or by an error writing results."""
+    clock = time.perf_counter_ns
+    flow = Flow(n, min_duration_s, keep)
+
+    def record(rec: RequestRecord) -> None:
+        flow.recorded += 1
+        if keep:
+            flow.records.append(rec)
+        on_record(rec)
 
     async def slot(conn) -> None:
         due = clock()
-        while (i := take()) is not None:
+        backoff = 0.0
+        while (i := flow.take()) is not None:
             rec = RequestRecord(level=level, index=i, repeat=repeat, phase=phase, t_due_ns=due)
-            await client.measure(conn, gen.prompt(level, i + repeat * 1_000_000, phase), rec)
-            records.append(rec)
-            on_record(rec)
+            try:
+                await client.measure(conn, gen.prompt(level, i + repeat * 1_000_000, phase), rec)
+            except asyncio.CancelledError:
+                rec.ok, rec.t_end_ns = False, clock()
+                rec.error = "aborted" if flow.abort else "interrupted"
+                rec.error_detail = flow.abort or "stopped by Ctrl-C / SIGTERM while in flight"
+                conn.close()
+                record(rec)
+                raise
+            record(rec)
+            flow.reached(rec)
+            if rec.error == "connect":
+                backoff = min(BACKOFF_MAX_S, max(0.05, 2 * backoff))
+                await asyncio.sleep(backoff)
+            else:
+                backoff = 0.0
             due = clock()
 
-    await asyncio.gather(*(slot(c) for c in conns))
-    return records
+    tasks = [asyncio.create_task(slot(c)) for c in conns]
+    watcher = asyncio.create_task(_watch(flow, tasks, dead))
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    except asyncio.CancelledError:  # Ctrl-C / SIGTERM: the slots record what they had in flight
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    finally:
+        watcher.cancel()
+    failed = [t for t in done if not t.cancelled() and t.exception() is not None]
+    if failed:  # e.g. results could not be written: stop the other slots, then say why
+        flow.abort = flow.abort or f"stopped: {failed[0].exception()}"
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise failed[0].exception()  # type: ignore[misc]
+    await asyncio.gather(*tasks, return_exceptions=True)  # the watcher's cancellations
+    return flow
 
 
 async def warm(client: StreamClient, gen: PromptGenerator, concurrency: int, waves: int,
-               on_record: Callable[[RequestRecord], None] = lambda r: None) -> None:
-    """Unmeasured waves at one level (the warmup sweep before the first measured level)."""
+               on_record: Callable[[RequestRecord], None] = lambda r: None,
+               dead: Callable[[], str | None] | None = None) -> str | None:
+    """Unmeasured waves at one level (the warmup sweep before the first measured level); returns why it
+    stopped early, if it did."""
     conns = [client.connection() for _ in range(concurrency)]
     try:
-        await _drive(client, gen, concurrency, 0, "warmup-sweep", waves * concurrency, 0.0, conns, on_record)
+        flow = await _drive(client, gen, concurrency, 0, "warmup-sweep", waves * concurrency, 0.0, conns,
+                            on_record, dead, keep=False)
+        return flow.abort
     finally:
         for c in conns:
             c.close()
@@ -126,12 +210,16 @@ async def run_level(client: StreamClient, gen: PromptGenerator, concurrency: int
                     on_record: Callable[[RequestRecord], None] = lambda r: None,
                     on_progress: Callable[[RequestRecord], None] = lambda r: None,
                     process_cpu: Callable[[], dict[int, tuple[str, float]]] | None = None,
-                    on_measure_start: Callable[[], None] | None = None) -> LevelRun:
+                    on_measure_start: Callable[[], None] | None = None,
+                    dead: Callable[[], str | None] | None = None) -> LevelRun:
     conns = [client.connection() for _ in range(concurrency)]
     try:
         if warmup_waves:
-            await _drive(client, gen, concurrency, repeat, "warmup", warmup_waves * concurrency, 0.0, conns,
-                         on_record)
+            warmup = await _drive(client, gen, concurrency, repeat, "warmup", warmup_waves * concurrency, 0.0,
+                                  conns, on_record, dead, keep=False)
+            if warmup.abort:
+                return LevelRun(concurrency=concurrency, repeat=repeat, records=[], sent=0, aborted=warmup.abort,
+                                client=judge_client(0.0, Dist(), Dist()), process_cpu_s={}, window_s=0.0)
 
         # Everything alive now (imports, warmup, earlier levels) is moved out of the collector's reach for the
         # window: a full collection of it took 40-70 ms here, a pause every in-flight stream's timestamps would
@@ -151,8 +239,9 @@ async def run_level(client: StreamClient, gen: PromptGenerator, concurrency: int
         monitor = asyncio.create_task(_lag_monitor(lag, stop))
         cpu0, wall0 = proc.cpu_times(), time.perf_counter()
         dep0 = process_cpu() if process_cpu else {}
-        records = await _drive(client, gen, concurrency, repeat, "measure", n_requests, min_duration_s, conns,
-                               measured)
+        flow = await _drive(client, gen, concurrency, repeat, "measure", n_requests, min_duration_s, conns,
+                            measured, dead)
+        records = flow.records
         window = time.perf_counter() - wall0
         cpu1 = proc.cpu_times()
         dep1 = process_cpu() if process_cpu else {}
@@ -169,7 +258,7 @@ async def run_level(client: StreamClient, gen: PromptGenerator, concurrency: int
     for pid, (label, cpu) in dep1.items():
         dep_cpu[label] = dep_cpu.get(label, 0.0) + max(0.0, cpu - dep0.get(pid, (label, 0.0))[1])
     return LevelRun(
-        concurrency=concurrency, repeat=repeat, records=[r.to_json() for r in records],
-        client=judge_client(cpu_pct, lag_d, disp_d),
+        concurrency=concurrency, repeat=repeat, records=[r.to_json() for r in records], sent=flow.sent,
+        aborted=flow.abort, client=judge_client(cpu_pct, lag_d, disp_d),
         process_cpu_s=dep_cpu, window_s=window,
     )

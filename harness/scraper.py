@@ -17,12 +17,12 @@ import json
 import multiprocessing as mp
 import time
 from dataclasses import dataclass, field
-from multiprocessing.sharedctypes import Synchronized
-from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+
+from harness.childproc import StopFlag, child_signals, stop_child
 
 # Only summary samples are kept per scrape; histogram buckets would make scrapes.jsonl huge.
 _SKIP_SUFFIXES = ("_bucket", "_created")
@@ -47,18 +47,25 @@ class Scrape:
 
 
 def parse_metrics(text: str) -> tuple[dict[str, str], dict[str, float]]:
-    """Raises ValueError on text that is not Prometheus exposition format."""
+    """Raises ValueError, and only ValueError, on text that is not Prometheus exposition format."""
     families: dict[str, str] = {}
     samples: dict[str, float] = {}
-    for fam in text_string_to_metric_families(text):
-        # the parser drops a counter's _total; keep the exposed name (vllm:num_preemptions_total)
-        name = f"{fam.name}_total" if fam.type == "counter" and not fam.name.endswith("_total") else fam.name
-        families[name] = fam.type
-        for s in fam.samples:
-            if s.name.endswith(_SKIP_SUFFIXES):
-                continue
-            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
-            samples[f"{s.name}{{{labels}}}"] = float(s.value)
+    try:
+        for fam in text_string_to_metric_families(text):
+            # the parser drops a counter's _total; keep the exposed name (vllm:num_preemptions_total)
+            name = f"{fam.name}_total" if fam.type == "counter" and not fam.name.endswith("_total") else fam.name
+            families[name] = fam.type
+            for s in fam.samples:
+                if s.name.endswith(_SKIP_SUFFIXES):
+                    continue
+                labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
+                samples[f"{s.name}{{{labels}}}"] = float(s.value)
+    except ValueError:
+        raise
+    except Exception as e:
+        # the response is untrusted: prometheus_client's parser also fails on malformed text with IndexError,
+        # TypeError, ...; whatever it raises means "unparsable", reported as one error type
+        raise ValueError(f"{type(e).__name__}: {e}") from e
     if not families and text.strip():
         raise ValueError("no metric families in response")
     return families, samples
@@ -102,7 +109,8 @@ def _scrape_all(client: httpx.Client, endpoints: dict[str, str], out, tags: dict
 
 
 def _scrape_loop(endpoints: dict[str, str], interval_s: float, out_path: str, tags: dict,
-                 level: Synchronized, stop: EventType) -> None:
+                 level, stop: StopFlag) -> None:
+    child_signals(stop)
     # a loaded engine can take longer than a short interval to answer: give each scrape at least 1 s
     with httpx.Client(timeout=max(1.0, min(interval_s, 5.0))) as client, open(out_path, "a") as out:
         next_t = time.monotonic()
@@ -124,8 +132,8 @@ class Scraper:
         self.out_path = Path(out_path)
         self.out_path.touch()
         self._offset = self.out_path.stat().st_size
-        self._level = ctx.Value("i", 0)
-        self._stop = ctx.Event()
+        self._level = ctx.RawValue("i", 0)  # no lock: one int, written by us, read by the poller
+        self._stop = StopFlag(ctx)
         self._proc = ctx.Process(target=_scrape_loop, name="layerbench-scraper", daemon=True,
                                  args=(endpoints, interval_s, str(self.out_path), self.tags, self._level,
                                        self._stop)) if policy == "interval" else None
@@ -133,6 +141,7 @@ class Scraper:
         self.interval_s = interval_s
         self.count = 0
         self.gaps = 0
+        self.gap_reasons: dict[str, int] = {}  # reason class ("http 500", "timeout", ...) -> count
 
     @property
     def level(self) -> int | None:
@@ -173,12 +182,8 @@ class Scraper:
         if self._client is not None:
             self._client.close()
             self._client = None
-        if self._proc is not None and self._proc.is_alive():
-            self._stop.set()
-            self._proc.join(timeout=self.interval_s + 10)
-            if self._proc.is_alive():
-                self._proc.kill()
-                self._proc.join()
+        if self._proc is not None:
+            stop_child(self._proc, self._stop, timeout=min(self.interval_s, 5.0) + 10)
 
     def new_scrapes(self) -> list[dict]:
         """Complete lines appended since the last call (a line being written is left for next time)."""
@@ -189,5 +194,14 @@ class Scraper:
         self._offset += end
         scrapes = [json.loads(line) for line in data[:end].splitlines() if line.strip()]
         self.count += len(scrapes)
-        self.gaps += sum(not s["ok"] for s in scrapes)
+        for s in scrapes:
+            if not s["ok"]:
+                self.gaps += 1
+                why = gap_class(s.get("reason") or "unknown")
+                self.gap_reasons[why] = self.gap_reasons.get(why, 0) + 1
         return scrapes
+
+
+def gap_class(reason: str) -> str:
+    """'unparsable: <parser message>' -> 'unparsable'; 'http 500', 'timeout' stay as they are."""
+    return reason.split(":", 1)[0]

@@ -30,6 +30,8 @@ class LevelSummary(BaseModel):
     process_cpu_s: dict[str, float]
     window_s: float
     server: ServerLevelMetrics
+    incomplete: str | None = None  # why the level stopped before its end; its figures cover what was sent
+    invocation: int = 0  # 0: the first `compare`, n: the n-th `--resume` of it
 
 
 class RunSummary(BaseModel):
@@ -43,6 +45,9 @@ class RunSummary(BaseModel):
     levels: list[LevelSummary] = []
     scrapes: int = 0
     scrape_gaps: int = 0
+    scrape_gap_reasons: dict[str, int] = {}  # "http 500", "timeout", "connection", "unparsable" -> count
+    stopped: str | None = None  # where and why the sweep ended early (died, unreachable, interrupted)
+    exposed_ports: list[str] = []  # listening sockets of the deployment beyond loopback
     scrape_policy: str = "interval"
     scrape_ms: Dist = Dist()  # how long the metric endpoints took to answer
     warmup_sweep: bool = False
@@ -65,7 +70,9 @@ class RunSummary(BaseModel):
 
 
 def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunSummary,
-            console: Console, repeats: int | None = None) -> RunSummary:
+            console: Console, repeats: int | None = None, skip: frozenset[tuple[int, int]] = frozenset(),
+            invocation: int = 0) -> RunSummary:
+    """skip: (repeat, concurrency) pairs already measured by an earlier invocation (`compare --resume`)."""
     ep = stack.endpoint()
     tok = stack.settings.model_path / "tokenizer.json"
     gen = PromptGenerator(writer.run_id, f"{summary.label}:{stack.kind}", profile.input_tokens,
@@ -74,7 +81,7 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
                                   ignore_eos=profile.ignore_eos, timeout_s=profile.request_timeout_s)
     def on_record(rec: RequestRecord) -> None:
         d = rec.to_json()
-        d["label"] = summary.label
+        d["label"], d["invocation"] = summary.label, invocation
         writer.request(d)
 
     levels = profile.concurrency
@@ -85,22 +92,31 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
     labels: dict[int, str] = {os.getpid(): "load client"}
     sampler = CoreSampler([os.getpid()], writer.dir / f"cores-{summary.label}.raw.json")
     scrape_ms: list[float] = []
+    writer.write_meta(phase=f"{summary.label}: starting the metric scraper and core sampler")
     with scraper, sampler, Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         console=console,
     ) as progress:
         if scraper.pid:
             labels[scraper.pid] = "scraper"
+        dead = stack.dead if stack.cheap_liveness else None
         if summary.warmup_sweep:  # a compiled engine meets every batch shape before anything is measured
+            writer.write_meta(phase=f"{summary.label}: warmup sweep")
             task = progress.add_task(f"{summary.label} {stack.kind} warmup sweep", total=len(levels))
             for c in levels:
-                asyncio.run(warm(client, gen, c, max(1, profile.warmup_waves), on_record))
+                if why := asyncio.run(warm(client, gen, c, max(1, profile.warmup_waves), on_record, dead)):
+                    summary.stopped = f"warmup sweep at c={c}: {why}"
+                    _save(writer, summary)
+                    raise LayerbenchError(f"{summary.label} {stack.kind} stopped during the warmup sweep: {why}")
                 progress.advance(task)
         for rep in range(n_repeats):
             for c in levels:
+                if (rep, c) in skip:
+                    continue
                 n = profile.requests_for(c)
-                desc = f"{summary.label} {stack.kind} c={c}" + (f" rep {rep + 1}/{n_repeats}" if n_repeats > 1 else "")
-                task = progress.add_task(desc, total=n)
+                where = f"c={c}" + (f" rep {rep + 1}/{n_repeats}" if n_repeats > 1 else "")
+                writer.write_meta(phase=f"{summary.label}: {where}")
+                task = progress.add_task(f"{summary.label} {stack.kind} {where}", total=n)
                 done = [0]
 
                 def advance(_rec, t=task, done=done, n=n) -> None:
@@ -109,28 +125,38 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
                     progress.update(t, completed=done[0], total=max(done[0], n))
 
                 scraper.level = c
-                run = asyncio.run(run_level(
-                    client, gen, c, n, repeat=rep, warmup_waves=profile.warmup_waves,
-                    min_duration_s=profile.min_duration_s, on_record=on_record,
-                    on_progress=advance, process_cpu=stack.process_cpu,
-                    on_measure_start=lambda c=c: scraper.mark(c, "start"),
-                ))
-                scraper.mark(c, "end")
+                try:
+                    run = asyncio.run(run_level(
+                        client, gen, c, n, repeat=rep, warmup_waves=profile.warmup_waves,
+                        min_duration_s=profile.min_duration_s, on_record=on_record,
+                        on_progress=advance, process_cpu=stack.process_cpu,
+                        on_measure_start=lambda c=c: scraper.mark(c, "start"), dead=dead,
+                    ))
+                except KeyboardInterrupt:
+                    summary.stopped = f"interrupted by Ctrl-C / SIGTERM at {where}"
+                    _save(writer, summary)
+                    raise
+                if not run.aborted:
+                    scraper.mark(c, "end")
                 scraper.level = None
                 labels.update({pid: label for pid, (label, _) in stack.process_cpu().items()})
                 level_scrapes = [s for s in scraper.new_scrapes() if s["level"] == c]
                 scrape_ms += [s["dur_ms"] for s in level_scrapes if s.get("dur_ms") is not None]
                 progress.update(task, total=len(run.records), completed=len(run.records))
-                records = [RequestRecord.from_json(r) for r in run.records]
-                stats = level_stats(records, c, profile.slo, repeat=rep)
-                summary.add(LevelSummary(stats=stats, client=run.client, process_cpu_s=run.process_cpu_s,
-                                         window_s=run.window_s, server=summarise(level_scrapes)))
+                if run.records:
+                    records = [RequestRecord.from_json(r) for r in run.records]
+                    stats = level_stats(records, c, profile.slo, repeat=rep)
+                    summary.add(LevelSummary(stats=stats, client=run.client, process_cpu_s=run.process_cpu_s,
+                                             window_s=run.window_s, server=summarise(level_scrapes),
+                                             incomplete=run.aborted, invocation=invocation))
                 summary.scrapes, summary.scrape_gaps = scraper.count, scraper.gaps
-                summary.scrape_ms = Dist.of(scrape_ms)
-                writer.write_json(f"summary-{summary.label}.json" if summary.label != summary.stack
-                                  else "summary.json", summary.model_dump())
-                if (why := stack.dead()) is not None:  # measured so far is on disk; stop and say so
-                    raise LayerbenchError(f"{summary.label} {stack.kind} died mid-run after c={c}: {why}")
+                summary.scrape_gap_reasons, summary.scrape_ms = dict(scraper.gap_reasons), Dist.of(scrape_ms)
+                why = run.aborted or stack.dead()
+                if why:
+                    summary.stopped = f"{where}: {why}"
+                _save(writer, summary)
+                if why:  # measured so far is on disk; stop and say so
+                    raise LayerbenchError(f"{summary.label} {stack.kind} stopped at {where}: {why}")
     summary.cores, summary.sampler_cpu_pct = sampler.result(labels), sampler.self_cpu_pct()
     sampler.out_path.unlink(missing_ok=True)
     for path in stack.log_locations().values():
@@ -139,4 +165,14 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
             break
     scraper.new_scrapes()
     summary.scrapes, summary.scrape_gaps = scraper.count, scraper.gaps
+    summary.scrape_gap_reasons = dict(scraper.gap_reasons)
+    _save(writer, summary)  # with where every process ran: a resumed compare reads this back
     return summary
+
+
+def summary_name(summary: RunSummary) -> str:
+    return f"summary-{summary.label}.json" if summary.label != summary.stack else "summary.json"
+
+
+def _save(writer: RunWriter, summary: RunSummary) -> None:
+    writer.write_json(summary_name(summary), summary.model_dump())

@@ -14,10 +14,11 @@ import multiprocessing as mp
 import os
 import re
 import time
-from multiprocessing.synchronize import Event as EventType
 from pathlib import Path
 
 from pydantic import BaseModel
+
+from harness.childproc import StopFlag, child_signals, stop_child
 
 SAMPLE_S = 1.0  # a Ray deployment has hundreds of threads: keep the sampler's own CPU small (it is reported)
 
@@ -65,7 +66,8 @@ def _thread_stats(pid: int) -> dict[int, tuple[int, int]]:
     return out
 
 
-def _sample_loop(roots: list[int], out_path: str, stop: EventType) -> None:
+def _sample_loop(roots: list[int], out_path: str, stop: StopFlag) -> None:
+    child_signals(stop)
     counts: dict[int, dict[int, int]] = {}
     samples: dict[int, int] = {}
     allowed: dict[int, list[int]] = {}
@@ -102,7 +104,7 @@ class CoreSampler:
     def __init__(self, roots: list[int], out_path: Path):
         ctx = mp.get_context("spawn")
         self.out_path = out_path
-        self._stop = ctx.Event()
+        self._stop = StopFlag(ctx)
         self._proc = ctx.Process(target=_sample_loop, name="layerbench-cores", daemon=True,
                                  args=(roots, str(out_path), self._stop))
 
@@ -111,11 +113,7 @@ class CoreSampler:
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._proc.join(timeout=10)
-        if self._proc.is_alive():
-            self._proc.kill()
-            self._proc.join()
+        stop_child(self._proc, self._stop, timeout=10)
 
     def self_cpu_pct(self) -> float | None:
         """The sampler's own CPU, % of one core over its life."""

@@ -5,11 +5,12 @@ its id (never by name), waits, and verifies that no child survived and the port 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import httpx
@@ -19,6 +20,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from harness.errors import LayerbenchError
 from harness.placement import deployment_preexec
+from harness.redact import deployment_env
 
 
 def free_port() -> int:
@@ -52,9 +54,11 @@ class ManagedProcess:
     """A server process in its own session/process group, logging to a file."""
 
     def __init__(self, name: str, cmd: list[str], log_path: Path, env: dict[str, str] | None = None,
-                 cwd: Path | None = None):
+                 cwd: Path | None = None, keep_secrets: Iterable[str] = ()):
+        """env: added to layerbench's own environment, less its secrets (tokens, cloud keys, kubeconfig):
+        a server gets only those it names in `keep_secrets` or is given in `env`."""
         self.name, self.cmd, self.log_path = name, cmd, log_path
-        self.env = {**os.environ, **(env or {})}
+        self.env = {**deployment_env(os.environ, keep_secrets), **(env or {})}
         self.cwd = cwd
         self.proc: subprocess.Popen | None = None
         self._seen: dict[int, psutil.Process] = {}
@@ -140,6 +144,48 @@ class ManagedProcess:
         return survivors
 
 
+class Leftovers:
+    """Files a deployment leaves behind that are not in its process tree (vLLM's /tmp/vllm_dist_*, the
+    /dev/shm segments and semaphores of its multiprocessing: ~400 MB after a killed vLLM): whatever matches
+    the patterns and appeared between `snapshot()` and `remove()` is this deployment's."""
+
+    def __init__(self, patterns: tuple[str, ...] = ("/tmp/vllm_dist_*", "/dev/shm/*")):
+        self.patterns = patterns
+        self._before: set[Path] | None = None
+
+    def _now(self) -> set[Path]:
+        return {p for pat in self.patterns for p in Path("/").glob(pat.lstrip("/"))}
+
+    def snapshot(self) -> None:
+        self._before = self._now()
+
+    def remove(self) -> list[Path]:
+        if self._before is None:
+            return []
+        in_use = _in_use()  # another deployment's or program's files appeared meanwhile too: keep those
+        gone = sorted(p for p in self._now() - self._before if str(p) not in in_use)
+        for p in gone:
+            try:
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+            except OSError:
+                pass
+        self._before = None
+        return gone
+
+
+def _in_use() -> set[str]:
+    """Paths any running process has mapped (shared memory, POSIX semaphores) or open."""
+    used: set[str] = set()
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            used.update(ln.split(maxsplit=5)[5] for ln in (proc / "maps").read_text().splitlines()
+                        if ln.count(" ") >= 5 and "/" in ln)
+            used.update(os.readlink(fd) for fd in (proc / "fd").iterdir())
+        except (OSError, IndexError):
+            continue
+    return {u.removesuffix(" (deleted)").strip() for u in used}
+
+
 def wait_http_ready(url: str, timeout: float, what: str, alive: Callable[[], bool], log_path: Path,
                     console: Console | None = None, headers: dict[str, str] | None = None) -> float:
     """Poll `url` until it answers 200; fail fast (with the log's last 40 lines) if the process dies."""
@@ -170,7 +216,13 @@ def wait_http_ready(url: str, timeout: float, what: str, alive: Callable[[], boo
 
 def stop_and_verify(proc: ManagedProcess, ports: list[int], what: str, timeout: float = 30.0,
                     leader_grace: float = 0.0) -> None:
-    """Stop a server's process group and prove it is gone: no survivor, every port free again."""
+    """Stop a server's process group and prove it is gone: no survivor, every port free again. A server
+    that never started has nothing to stop (its port may be someone else's)."""
+    if proc.proc is None:
+        return
+    if proc.alive():
+        Console(stderr=True).print(f"stopping {what} (process group {proc.pid}; up to "
+                                   f"{leader_grace + timeout + 10:.0f} s)", highlight=False)
     survivors = proc.stop(timeout, leader_grace)
     deadline = time.monotonic() + 15
     while any(port_in_use(p) for p in ports) and time.monotonic() < deadline:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from rich.console import Console
 
 from harness.errors import LayerbenchError
 from stacks.base import CACHE_DIR, ENGINE_VENV, DeploySettings, Endpoint, Stack, register
-from stacks.procs import ManagedProcess, ensure_port_free, free_port, stop_and_verify, wait_http_ready
+from stacks.procs import Leftovers, ManagedProcess, ensure_port_free, free_port, stop_and_verify, wait_http_ready
 
 
 def engine_python(venv: Path = ENGINE_VENV) -> Path:
@@ -80,7 +79,7 @@ class VllmStack(Stack):
         self.proc: ManagedProcess | None = None
         self.log_path = settings.log_dir / f"vllm-{self.port}.log"
         self._version: str | None = None
-        self._tmp_before: set[Path] = set()
+        self.leftovers = Leftovers()
 
     def deploy(self) -> None:
         if not self.settings.model_path.exists():
@@ -91,7 +90,7 @@ class VllmStack(Stack):
                "--served-model-name", self.settings.served_model_name, "--host", "127.0.0.1",
                "--port", str(self.port), *engine_args(self.settings)]
         self.proc = ManagedProcess("vllm", cmd, self.log_path, env=engine_env(self.settings))
-        self._tmp_before = set(Path("/tmp").glob("vllm_dist_*"))
+        self.leftovers.snapshot()
         self.proc.start()
 
     def wait_ready(self, timeout: float, console: Console | None = None) -> float:
@@ -106,11 +105,9 @@ class VllmStack(Stack):
             return
         proc, self.proc = self.proc, None
         try:
-            stop_and_verify(proc, [self.port], "vLLM")
+            stop_and_verify(proc, [self.port], "vLLM", timeout=15)
         finally:
-            # vLLM leaves /tmp/vllm_dist_* behind on shutdown: remove the ones this deployment created
-            for leftover in set(Path("/tmp").glob("vllm_dist_*")) - self._tmp_before:
-                shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
+            self.leftovers.remove()  # /tmp/vllm_dist_* even on a clean shutdown; /dev/shm when killed
 
     def endpoint(self) -> Endpoint:
         return Endpoint(base_url=f"http://127.0.0.1:{self.port}", model=self.settings.served_model_name)

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import time
 from typing import Literal
 
@@ -39,6 +41,8 @@ class ProxyConfig(BaseModel):
     rechunk: int = Field(1, ge=1)
     metrics: Literal["pass", "hide", "rename"] = "pass"
     rename_prefix: str = "proxy_vllm_"
+    die_after: int = Field(0, ge=0, description="SIGKILL the proxy's own process group when request N+1 "
+                           "arrives, with requests in flight (0: never): the layer dies, the engine lives")
 
 
 class Upstream:
@@ -72,6 +76,7 @@ class Proxy:
         self.cfg, self.timer = cfg, timer
         self.held_request_ns: list[int] = []  # downstream arrival -> sent upstream
         self.held_event_ns: list[int] = []  # upstream event arrival -> forwarded downstream
+        self.posts = 0
 
     def stats(self) -> dict:
         def pct(xs):
@@ -102,6 +107,10 @@ class Proxy:
         if req.path == "/metrics" and self.cfg.metrics == "hide":
             await resp.send(404, b'{"detail":"Not Found"}')
             return
+        if req.method == "POST" and self.cfg.die_after:
+            self.posts += 1
+            if self.posts > self.cfg.die_after:
+                os.killpg(os.getpgid(0), signal.SIGKILL)
         up = resp.state.get("upstream")
         if up is None:
             up = resp.state["upstream"] = Upstream(self.cfg)

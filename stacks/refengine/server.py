@@ -4,7 +4,9 @@
   token k is due at first + k * itl_ms: absolute deadlines, so error never accumulates.
 - tokens_per_chunk tokens per SSE event (like Ray Serve's stream batching); usage always carries the truth.
 - max_num_seqs with a real FIFO waiting queue; failure injection (HTTP 500, 429, a stream cut mid-way,
-  a slow /metrics); /metrics with vLLM 0.32.0's family names following the simulated state.
+  a slow /metrics, /metrics answering 500 / hanging / garbage every Nth time, the engine SIGKILLing its own
+  process group after N requests, slow start-up and shutdown), changeable while it runs via POST
+  /sim/faults; /metrics with vLLM 0.32.0's family names following the simulated state.
 - Every request's actual send times are kept (same monotonic clock as the client: perf_counter_ns is
   CLOCK_MONOTONIC on Linux), served at GET /sim/stats: how late the server itself was, so a benchmark can tell
   the client's error from the server's.
@@ -17,8 +19,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
+import signal
 import time
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -47,7 +52,17 @@ class SimConfig(BaseModel):
     fail_429: float = Field(0.0, ge=0, le=1)
     cut_stream: float = Field(0.0, ge=0, le=1)
     metrics_delay_ms: float = Field(0.0, ge=0)
+    metrics_fault: Literal["none", "500", "hang", "garbage"] = "none"
+    metrics_fault_every: int = Field(1, ge=1, description="every Nth /metrics request gets metrics_fault")
+    die_after: int = Field(0, ge=0, description="SIGKILL the engine's own process group when request N+1 "
+                           "arrives, with requests in flight (0: never)")
+    startup_delay_s: float = Field(0.0, ge=0)
+    shutdown_delay_s: float = Field(0.0, ge=0)
     seed: int = 0
+
+
+# what POST /sim/faults may change while the engine runs
+RUNTIME_FAULTS = ("fail_500", "fail_429", "cut_stream", "metrics_delay_ms", "metrics_fault", "metrics_fault_every")
 
 
 class Engine:
@@ -66,6 +81,7 @@ class Engine:
         self.e2e_ns: list[int] = []  # request read -> end of stream written
         self.itl_ns: list[int] = []  # gaps between content events written
         self.counter = 0
+        self.scrapes = 0
 
     # ---- routes ----
     async def handle(self, req: Request, resp: Responder) -> None:
@@ -79,9 +95,15 @@ class Engine:
                 {"id": self.cfg.model, "object": "model", "owned_by": "layerbench-sim",
                  "max_model_len": self.cfg.max_model_len}]})
         elif route == ("GET", "/metrics"):
-            if self.cfg.metrics_delay_ms:
-                await asyncio.sleep(self.cfg.metrics_delay_ms / 1e3)
-            await resp.send(200, self.metrics.render(), "text/plain; version=0.0.4; charset=utf-8")
+            await self.serve_metrics(resp)
+        elif route == ("POST", "/sim/faults"):
+            try:
+                self.cfg = SimConfig.model_validate({**self.cfg.model_dump(), **{
+                    k: v for k, v in req.json().items() if k in RUNTIME_FAULTS}})
+            except ValueError as e:
+                await resp.send_json(400, {"error": {"message": str(e)[:300], "code": 400}})
+                return
+            await resp.send_json(200, {k: getattr(self.cfg, k) for k in RUNTIME_FAULTS})
         elif route == ("GET", "/sim/stats"):
             await resp.send_json(200, self.stats())
         elif route == ("POST", "/sim/reset"):
@@ -93,6 +115,20 @@ class Engine:
             await self.generate(req, resp, chat=req.path.endswith("chat/completions"))
         else:
             await resp.send_json(404, {"error": {"message": f"no route {req.method} {req.path}", "code": 404}})
+
+    async def serve_metrics(self, resp: Responder) -> None:
+        self.scrapes += 1
+        if self.cfg.metrics_delay_ms:
+            await asyncio.sleep(self.cfg.metrics_delay_ms / 1e3)
+        fault = self.cfg.metrics_fault if self.scrapes % self.cfg.metrics_fault_every == 0 else "none"
+        if fault == "500":
+            await resp.send_json(500, {"error": {"message": "injected: metrics failed", "code": 500}})
+        elif fault == "hang":
+            await asyncio.sleep(3600)  # the scraper's timeout ends it
+        elif fault == "garbage":
+            await resp.send(200, b"\x00this is {not prometheus text\n", "text/plain")
+        else:
+            await resp.send(200, self.metrics.render(), "text/plain; version=0.0.4; charset=utf-8")
 
     def stats(self) -> dict:
         def pct(xs: list[int]) -> dict:
@@ -132,6 +168,8 @@ class Engine:
         prompt_tokens = max(1, len(prompt) // 4)
         max_tokens = int(body.get("max_tokens") or 16)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        if self.cfg.die_after and self.counter >= self.cfg.die_after:
+            os.killpg(os.getpgid(0), signal.SIGKILL)  # like an OOM kill of the whole engine: no goodbye
         self.counter += 1
         rid = f"{'chatcmpl' if chat else 'cmpl'}-sim{self.counter}"
 
@@ -240,7 +278,10 @@ async def amain(argv: list[str] | None = None) -> None:
                                     and v is not None})
     timer = PreciseTimer(asyncio.get_running_loop())
     engine = Engine(cfg, timer)
+    await asyncio.sleep(cfg.startup_delay_s)
     await run_server(engine.handle, args.host, args.port, timer.close)
+    print("layerbench-sim: stopping", flush=True)  # tests wait for this line to signal during teardown
+    time.sleep(cfg.shutdown_delay_s)  # a slow shutdown, for tests that signal layerbench during teardown
 
 
 if __name__ == "__main__":

@@ -156,7 +156,7 @@ def test_stack_dying_mid_run_is_reported_and_kept(tmp_path, write_profile, monke
     monkeypatch.setattr(SimProxyStack, "deploy", deploy)
     rc, s, report = compare(tmp_path, write_profile, repeats=1)
     assert rc == 2 and s.status == "failed"
-    assert "died mid-run after c=1" in s.failures["stack"] and "sim-proxy exited" in s.failures["stack"]
+    assert "stopped at c=1" in s.failures["stack"] and "sim-proxy exited" in s.failures["stack"]
     kept = s.runs["stack"].levels
     assert [lv.stats.concurrency for lv in kept] == [1] and kept[0].stats.succeeded > 0
     assert s.levels[0].stack_tok_s and s.levels[1].verdict == "missing"

@@ -1,0 +1,105 @@
+"""`compare --resume <run-id>`: continue an interrupted or failed compare after its last complete level and
+repeat, on the same engine version, profile, stack options, repeats and host; refused with the reason when
+any of them changed. What each side measured so far is read back from its summary; levels an invocation left
+incomplete are measured again, and every level records which invocation measured it."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+
+import psutil
+from pydantic import BaseModel, ValidationError
+
+from harness.errors import LayerbenchError
+from harness.profile import LoadProfile
+from harness.sweep import RunSummary
+
+SIDES = ("baseline", "stack")
+
+
+class ResumePlan(BaseModel):
+    run_id: str
+    stack: str
+    profile: LoadProfile
+    options: dict
+    repeats: int
+    invocation: int  # 1 for the first resume
+    prior: dict[str, RunSummary]  # side -> what earlier invocations measured
+
+    def side_done(self, label: str) -> bool:
+        run = self.prior.get(label)
+        want = {(r, c) for r in range(self.repeats) for c in self.profile.concurrency}
+        return run is not None and want <= {(lv.stats.repeat, lv.stats.concurrency) for lv in run.levels
+                                            if lv.incomplete is None}
+
+
+def _read(path: Path) -> dict:
+    try:
+        d = json.loads(path.read_text())
+    except OSError as e:
+        raise LayerbenchError(f"cannot resume: cannot read {path}: {e.strerror or e}") from None
+    except ValueError:
+        raise LayerbenchError(f"cannot resume: {path} is not valid JSON") from None
+    if not isinstance(d, dict):
+        raise LayerbenchError(f"cannot resume: {path} is not a JSON object")
+    return d
+
+
+def plan_resume(results: Path, run_id: str, stack: str | None, profile: LoadProfile | None,
+                options: dict, repeats: int | None) -> ResumePlan:
+    """Everything given on the command line must match the run being resumed (or be left out)."""
+    run_dir = results / run_id
+    if not run_dir.is_dir():
+        raise LayerbenchError(f"cannot resume: no run {run_id!r} under {results}")
+    meta = _read(run_dir / "run.json")
+    if meta.get("command") != "compare":
+        raise LayerbenchError(f"cannot resume {run_id}: only compares can be resumed (it is a "
+                              f"{meta.get('command')!r} run)")
+    status = meta.get("status")
+    if status == "complete":
+        raise LayerbenchError(f"cannot resume {run_id}: it is already complete")
+    if status == "running" and _alive(meta.get("pid")):
+        raise LayerbenchError(f"cannot resume {run_id}: it is still running (pid {meta.get('pid')})")
+    try:
+        recorded = LoadProfile.model_validate(meta["profile"])
+    except (KeyError, ValidationError) as e:
+        raise LayerbenchError(f"cannot resume {run_id}: its recorded profile cannot be read ({e})") from None
+    changed = []
+    if stack is not None and stack != meta.get("stack"):
+        changed.append(f"stack: was {meta.get('stack')}, now {stack}")
+    if profile is not None and profile.model_dump() != recorded.model_dump():
+        changed.append(f"profile: was {recorded.name!r} with other settings, now {profile.name!r}")
+    if options and options != meta.get("options", {}):
+        changed.append(f"stack options: were {meta.get('options', {})}, now {options}")
+    if repeats is not None and repeats != meta.get("repeats"):
+        changed.append(f"repeats: were {meta.get('repeats')}, now {repeats}")
+    host = meta.get("host", {})
+    if (host.get("hostname"), host.get("cpus")) != (platform.node(), os.cpu_count()):
+        changed.append(f"host: was {host.get('hostname')} with {host.get('cpus')} CPUs, now {platform.node()} "
+                       f"with {os.cpu_count()}")
+    if changed:
+        raise LayerbenchError(f"cannot resume {run_id}: " + "; ".join(changed) + " (leave them out to reuse "
+                              "the recorded ones)")
+    prior = {}
+    for label in SIDES:
+        path = run_dir / f"summary-{label}.json"
+        if path.exists():
+            try:
+                prior[label] = RunSummary.model_validate(_read(path))
+            except ValidationError:
+                raise LayerbenchError(f"cannot resume {run_id}: {path} was written by another version of "
+                                      "layerbench") from None
+    return ResumePlan(run_id=run_id, stack=meta["stack"], profile=recorded, options=meta.get("options", {}),
+                      repeats=int(meta["repeats"]), invocation=len(meta.get("invocations", [])) + 1, prior=prior)
+
+
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int) or pid == os.getpid():
+        return False
+    try:
+        return "layerbench" in " ".join(psutil.Process(pid).cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
