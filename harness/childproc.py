@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from multiprocessing.context import SpawnContext
 
@@ -46,6 +47,18 @@ def child_signals(flag: StopFlag) -> None:
     """Call first thing in a helper process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda *_: flag.set())
+
+
+def start_child(proc) -> None:
+    """Start with Ctrl-C ignored from the first instruction: the terminal sends it to the whole group, and a
+    child still importing would die with a KeyboardInterrupt traceback (Python keeps an inherited SIG_IGN)."""
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        proc.start()
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, old)
 
 
 def stop_child(proc, flag: StopFlag, timeout: float) -> None:

@@ -242,7 +242,7 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
             refresh_logs(live[label], target)
         except LayerbenchError as e:
             summary.failures[label] = str(e)
-            if label == "baseline":
+            if label == "baseline":  # nothing to compare against: the layer is not deployed
                 summary.status = "failed"
                 raise LayerbenchError(f"baseline {baseline.kind} failed: {e}") from None
             console.print(f"[red]{label} {target.kind} failed:[/] {e}")
@@ -250,7 +250,7 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
             partial = writer.dir / f"summary-{label}.json"
             if label not in summary.runs and partial.exists():  # died mid-run: keep what was measured
                 summary.runs[label] = RunSummary.model_validate_json(partial.read_text())
-        writer.write_json("compare.json", summary.model_dump())
+            writer.write_json("compare.json", summary.model_dump())
     summary.version_match = summary.versions["baseline"] == summary.versions["stack"]
     if not summary.version_match and not allow_mismatch:
         summary.failures["versions"] = f"live versions differ: {summary.versions}"

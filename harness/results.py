@@ -9,6 +9,7 @@ environment are scrubbed from every file of the folder."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import platform
@@ -74,7 +75,8 @@ class RunWriter:
             "status": "running",
         }
         try:
-            self._requests = (self.dir / "requests.jsonl").open("a")
+            # unbuffered: one write per record, so a failed one can be cut back to the last whole line
+            self._requests = (self.dir / "requests.jsonl").open("ab", buffering=0)
             (self.dir / "scrapes.jsonl").touch()  # appended to by the scraper process
         except OSError as e:
             raise _cannot_write(self.dir, e) from None
@@ -89,17 +91,19 @@ class RunWriter:
         if self._requests.closed:
             self.lost += 1
             return
-        pos = self._requests.tell()
+        line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+        fd = self._requests.fileno()
+        pos = os.fstat(fd).st_size
         try:
-            self._requests.write(json.dumps(record, separators=(",", ":")) + "\n")
-            self._requests.flush()
+            if self._requests.write(line) != len(line):  # unbuffered: a short write is a full disk too
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         except OSError as e:
             self.lost += 1
             try:  # drop the part of the line that did get out, then stop writing
-                self._requests.truncate(pos)
-                self._requests.close()
+                os.ftruncate(fd, pos)
             except OSError:
                 pass
+            self._requests.close()
             raise _cannot_write(self.dir / "requests.jsonl", e) from None
 
     def write_json(self, name: str, data: Any) -> Path:

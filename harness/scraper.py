@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness.childproc import StopFlag, child_signals, stop_child
+from harness.childproc import StopFlag, child_signals, start_child, stop_child
 
 # Only summary samples are kept per scrape; histogram buckets would make scrapes.jsonl huge.
 _SKIP_SUFFIXES = ("_bucket", "_created")
@@ -169,7 +169,7 @@ class Scraper:
         starts unobserved (spawning it and importing httpx takes seconds on a loaded host)."""
         if self._proc is None:
             return self
-        self._proc.start()
+        start_child(self._proc)
         deadline = time.monotonic() + 60
         while self.out_path.stat().st_size <= self._offset and self._proc.is_alive() and time.monotonic() < deadline:
             time.sleep(0.05)  # polling the file the process writes; the condition above is the readiness check

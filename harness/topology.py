@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from harness.childproc import StopFlag, child_signals, stop_child
+from harness.childproc import StopFlag, child_signals, start_child, stop_child
 
 SAMPLE_S = 1.0  # a Ray deployment has hundreds of threads: keep the sampler's own CPU small (it is reported)
 
@@ -109,7 +109,7 @@ class CoreSampler:
                                  args=(roots, str(out_path), self._stop))
 
     def __enter__(self) -> CoreSampler:
-        self._proc.start()
+        start_child(self._proc)
         return self
 
     def __exit__(self, *exc) -> None:

@@ -25,7 +25,15 @@ from rich.console import Console
 from harness.errors import LayerbenchError
 from harness.redact import redact_tree, secret_values
 from stacks.base import DeploySettings, Endpoint, Stack, StackOptions, register
-from stacks.procs import ManagedProcess, ensure_port_free, free_port, log_tail, stop_and_verify, wait_http_ready
+from stacks.procs import (
+    Leftovers,
+    ManagedProcess,
+    ensure_port_free,
+    free_port,
+    log_tail,
+    stop_and_verify,
+    wait_http_ready,
+)
 from stacks.vllm import VllmStack, engine_env, engine_python, has_gpu, installed_vllm_version
 
 DRIVER = Path(__file__).resolve().parent.parent / "scripts" / "ray_serve_app.py"
@@ -79,7 +87,7 @@ class RayStack(Stack):
         self.temp_dir = Path(f"/tmp/lb-ray-{self.port}")  # short: Ray's unix socket paths must fit 107 bytes
         self.log_path = settings.log_dir / f"ray-driver-{self.port}.log"
         self.proc: ManagedProcess | None = None
-        self._shm_before: set[Path] = set()
+        self.leftovers = Leftovers()
         self.kept_logs = settings.log_dir / f"ray-session-logs-{self.port}"
 
     def deploy(self) -> None:
@@ -104,7 +112,7 @@ class RayStack(Stack):
         self.settings.log_dir.mkdir(parents=True, exist_ok=True)
         cfg_path = self.settings.log_dir / f"ray-config-{self.port}.json"
         cfg_path.write_text(json.dumps(cfg, indent=2))
-        self._shm_before = set(Path("/dev/shm").glob("*"))
+        self.leftovers.snapshot()
         self.proc = ManagedProcess("ray", [str(py), str(DRIVER), str(cfg_path)], self.log_path, env=env)
         self.proc.start()
 
@@ -136,11 +144,11 @@ class RayStack(Stack):
             return
         proc, self.proc = self.proc, None
         try:
-            # the driver stops Serve and Ray in order; then the group and every remembered pid are signalled
-            stop_and_verify(proc, [self.port, self.metrics_port], "Ray Serve", timeout=20, leader_grace=45)
+            # the driver stops Serve and Ray in order (~10 s here); then the group and every remembered pid are
+            # signalled: everything is gone within 30 s, also when Ctrl-C arrives during start-up
+            stop_and_verify(proc, [self.port, self.metrics_port], "Ray Serve", timeout=5, leader_grace=15)
         finally:
-            for leftover in set(Path("/dev/shm").glob("*")) - self._shm_before:  # Ray leaves psm_*, sem.mp-*
-                shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
+            self.leftovers.remove()  # Ray leaves psm_*, sem.mp-* in /dev/shm, its vLLM /tmp/vllm_dist_*
             # keep Ray's session logs (the engine's own log is in there) with the results, drop the rest
             logs = self.temp_dir / "session_latest" / "logs"
             if logs.is_dir():

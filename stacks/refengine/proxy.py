@@ -41,7 +41,7 @@ class ProxyConfig(BaseModel):
     rechunk: int = Field(1, ge=1)
     metrics: Literal["pass", "hide", "rename"] = "pass"
     rename_prefix: str = "proxy_vllm_"
-    die_after: int = Field(0, ge=0, description="SIGKILL the proxy's own process group when request N+1 "
+    proxy_die_after: int = Field(0, ge=0, description="SIGKILL the proxy's own process group when request N+1 "
                            "arrives, with requests in flight (0: never): the layer dies, the engine lives")
 
 
@@ -107,9 +107,9 @@ class Proxy:
         if req.path == "/metrics" and self.cfg.metrics == "hide":
             await resp.send(404, b'{"detail":"Not Found"}')
             return
-        if req.method == "POST" and self.cfg.die_after:
+        if req.method == "POST" and self.cfg.proxy_die_after:
             self.posts += 1
-            if self.posts > self.cfg.die_after:
+            if self.posts > self.cfg.proxy_die_after:
                 os.killpg(os.getpgid(0), signal.SIGKILL)
         up = resp.state.get("upstream")
         if up is None:
