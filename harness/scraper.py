@@ -91,7 +91,7 @@ def _scrape(client: httpx.Client, name: str, url: str) -> Scrape:
         return Scrape(now, name, url, False, status=resp.status_code, reason=f"http {resp.status_code}")
     try:
         families, samples = parse_metrics(resp.text)
-    except (ValueError, TypeError, IndexError) as e:
+    except ValueError as e:  # parse_metrics raises nothing else
         return Scrape(now, name, url, False, status=200, reason=f"unparsable: {str(e)[:120]}", dur_ms=dur_ms)
     return Scrape(now, name, url, True, status=200, families=families, samples=samples, dur_ms=dur_ms)
 

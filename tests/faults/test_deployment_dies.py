@@ -8,10 +8,13 @@ import json
 import signal
 
 import psutil
+import pytest
 
 from harness.cli import main
 from harness.compare import CompareSummary
 from tests.faults.conftest import Layerbench, lines, meta, phase_is, run_dir, wait_for
+
+pytestmark = pytest.mark.slow  # the fault suite runs in `make test`; `make test-fast` skips it
 
 
 def test_engine_killed_mid_level(tmp_path, quick_profile, capsys):

@@ -10,6 +10,8 @@ import pytest
 from harness.cli import main
 from tests.faults.conftest import run_dir
 
+pytestmark = pytest.mark.slow  # the fault suite runs in `make test`; `make test-fast` skips it
+
 
 @pytest.mark.parametrize("fault,reason", [("500", "http 500"), ("hang", "timeout"), ("garbage", "unparsable")])
 def test_metric_gaps_are_counted_by_reason_and_the_run_goes_on(tmp_path, quick_profile, fault, reason):

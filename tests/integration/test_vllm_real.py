@@ -124,7 +124,7 @@ def test_adapter_contract_and_endpoint_stack(tmp_path, write_profile):
         assert main(["run", "--stack", "endpoint", "--url", url, "--profile", str(profile),
                      "--results-dir", str(tmp_path / "r")]) == 0
         run = only_run(tmp_path / "r")
-        assert json.loads((run / "run.json").read_text())["endpoint"]["engine_version"] == "0.32.0"
+        assert json.loads((run / "run.json").read_text())["deployments"]["endpoint"]["engine_version"] == "0.32.0"
         assert all(r["ok"] for r in read_jsonl(run / "requests.jsonl"))
         assert stack.proc is not None and stack.proc.alive()
     assert_gone(pids)

@@ -51,6 +51,7 @@ def test_compare_reports_known_overhead_and_renamed_metrics(tmp_path, write_prof
     assert "| 4 |" in md and "overhead" in md and "Where the CPU went" in md and "sim-0.32.0" in md
 
 
+@pytest.mark.slow  # seconds each; `make test` runs it, `make test-fast` stays under 2 min
 def test_audit_marks_renamed_and_lost(tmp_path, write_profile):
     # the engine port is scraped too, so point the audit at the layer's port only
     from harness.audit import audit_from_scrapes
@@ -66,6 +67,7 @@ def test_audit_marks_renamed_and_lost(tmp_path, write_profile):
     assert by["vllm:num_preemptions_total"].key == "preemptions"
 
 
+@pytest.mark.slow  # seconds each; `make test` runs it, `make test-fast` stays under 2 min
 def test_hidden_metrics_are_lost_on_the_layer_port(tmp_path, write_profile):
     from harness.audit import audit_from_scrapes
     from harness.results import read_jsonl
@@ -99,6 +101,7 @@ def test_version_mismatch_is_refused(tmp_path, write_profile, monkeypatch, capsy
     assert json.loads((run / "run.json").read_text())["status"] == "failed"
 
 
+@pytest.mark.slow  # seconds each; `make test` runs it, `make test-fast` stays under 2 min
 def test_all_stacks_report(tmp_path, write_profile, capsys):
     compare(tmp_path, write_profile, "request_delay_ms=40", repeats=1)
     out = tmp_path / "summary.md"
@@ -107,6 +110,7 @@ def test_all_stacks_report(tmp_path, write_profile, capsys):
     assert "| sim-proxy | yes | sim-0.32.0 |" in text and "at c=4" in text and "39/39" in text
 
 
+@pytest.mark.slow  # seconds each; `make test` runs it, `make test-fast` stays under 2 min
 def test_audit_command(tmp_path, capsys):
     results = tmp_path / "results"
     assert main(["audit", "--stack", "sim-proxy", "--opt", "metrics=rename", "--opt", "ttft_ms=5",
@@ -125,6 +129,7 @@ def test_unknown_stack_option_is_refused(tmp_path, capsys):
     assert not tmp_path.exists() or not any(tmp_path.iterdir())  # nothing half-written
 
 
+@pytest.mark.slow  # seconds each; `make test` runs it, `make test-fast` stays under 2 min
 def test_stack_dying_mid_run_is_reported_and_kept(tmp_path, write_profile, monkeypatch):
     """The layer's process is killed after the first level: the compare is marked failed, the level it
     measured is kept, and the report says what happened."""

@@ -29,6 +29,7 @@ def test_a_real_difference_is_found_and_centred():
     assert delta_interval([1000], [900]) is None  # one value per side: no interval from repeats
 
 
+@pytest.mark.slow  # seconds each; `make test` runs it, `make test-fast` stays under 2 min
 def test_known_ten_percent_slowdown_of_the_reference_engine_is_an_overhead(tmp_path, write_profile):
     from harness.cli import main
     from harness.compare import CompareSummary
