@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from harness.audit import AuditResult
 from harness.compare import CompareSummary
+from harness.results import held_by_another
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -30,7 +31,7 @@ class RunMeta(BaseModel):
     status: str = "?"
     reason: str | None = None
     command: str | None = None
-    # a compare overwrites "stack" with the stack side's description (cli.deploy_and_measure), a dict
+    # run.json of earlier layerbench versions held the stack side's description here (a dict)
     stack: str | dict[str, Any] | None = None
 
 
@@ -132,7 +133,7 @@ def requests_problem(path: Path, live: bool = False) -> str | None:
 
 def open_by_some_process(paths: list[Path]) -> set[str] | None:
     """Real paths among `paths` that some process holds open; None when no process could be inspected.
-    A run's RunWriter keeps its requests.jsonl open from start to finish, so a run.json that says running while
+    Older layerbench versions kept requests.jsonl open from start to finish, so a run.json that says running while
     nobody holds that file was killed without finishing (SIGKILL, OOM, power loss). Processes of other users
     cannot be inspected; their runs would show as running (no process)."""
     import psutil
@@ -226,16 +227,21 @@ def read_results(results: Path) -> tuple[list[RunEntry], list[str]]:
 
 
 def _check_running(results: Path, entries: list[RunEntry], problems: dict[Path, list[str]]) -> None:
-    """A run.json that says running: still running if some process holds its requests.jsonl open; otherwise
-    the harness died without marking it, which is flagged. Processes are inspected once, and only if needed."""
+    """A run.json that says running: still running if a layerbench holds the folder's lock (results.RunWriter;
+    the OS releases it when the process dies), or, for folders written before the lock existed, if some
+    process holds its requests.jsonl open. Otherwise the harness died without marking it, which is flagged."""
     running = [e for e in entries if e.status == "running"]
     if not running:
         return
     paths = [results / e.run_id / "requests.jsonl" for e in running]
-    held = open_by_some_process(paths)
+    lockless = [p for p in paths if not (p.parent / "run.lock").exists()]
+    held = open_by_some_process(lockless) if lockless else set()
     for e, path in zip(running, paths, strict=True):
-        live = held is None or os.path.realpath(path) in held
-        if held is None:
+        if path not in lockless:
+            live = held_by_another(path.parent)
+        else:
+            live = held is None or os.path.realpath(path) in held
+        if held is None and path in lockless:
             e.flags.append("?")
         elif not live:
             e.problems.append("run.json says running but no process is writing it (killed?); listed")

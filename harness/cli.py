@@ -6,7 +6,6 @@ tears the deployment down, keeps what was measured and marks the run interrupted
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from contextlib import contextmanager
@@ -122,20 +121,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
     stack = stack_cls(_settings(args, profile, results / run_id / "logs"))  # validates options
     placement = place(profile)
     invocation = plan.invocation if plan else 0
+    allow_mismatch = plan.allow_version_mismatch if plan else args.allow_version_mismatch
     meta = {"command": "compare", "stack": args.stack, "repeats": repeats, "profile": profile.model_dump(),
-            "options": dict(stack.settings.options), "placement": placement, "pid": os.getpid()}
-    if plan:
-        old = json.loads((results / run_id / "run.json").read_text())
-        meta["invocations"] = [*old.get("invocations", []), {
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "previous_status": old.get("status"),
-            "previous_reason": old.get("reason")}]
+            "options": dict(stack.settings.options), "placement": placement, "pid": os.getpid(),
+            "allow_version_mismatch": allow_mismatch, **({"invocations": plan.history} if plan else {})}
     writer = RunWriter(run_id, results, meta=meta, resume=plan is not None)
     verb = f"resume {invocation} of" if plan else "compare"
     console.print(f"{verb} [bold]{run_id}[/]: {args.stack} vs its version-matched baseline → {writer.dir}")
     t0 = time.monotonic()
     summary = None
     with recorded(writer) as outcome:
-        summary = run_compare(stack, profile, writer, console, repeats, args.allow_version_mismatch,
+        summary = run_compare(stack, profile, writer, console, repeats, allow_mismatch,
                               lambda target, label, prior: deploy_and_measure(
                                   target, profile, writer, label, console, repeats, prior, invocation), plan)
         if summary.failures:  # the stack died: what it measured is kept and reported
@@ -324,6 +320,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted[/]")
         return 130
+    except OSError as e:  # a full disk, a folder that went away: not a bug, and not worth a traceback
+        err_console.print(f"[bold red]error:[/] cannot read or write {e.filename or 'a file'}: {e.strerror or e}",
+                          highlight=False)
+        return 2
     except Exception as e:  # a bug of ours: one line for the user, the traceback in a file for the report
         return _internal_error(e)
 

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 from harness.sse import ChunkedDecoder, SSEParser
 
 READ_SIZE = 1 << 16
+CONNECT_TIMEOUT_S = 10.0
 
 
 @dataclass(slots=True)
@@ -165,9 +166,12 @@ class StreamClient:
         try:
             async with asyncio.timeout(self.timeout_s):
                 try:
-                    await conn.ensure()
+                    async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                        await conn.ensure()
                 except OSError as e:
                     raise StreamProtocolError("connect", f"{type(e).__name__}: {e}") from None
+                except TimeoutError:  # a host that drops packets: unreachable, not a slow response
+                    raise StreamProtocolError("connect", f"no connection within {CONNECT_TIMEOUT_S:.0f} s") from None
                 rec.t_start_ns = clock()
                 conn.writer.write(request)  # type: ignore[union-attr]
                 await self._read(conn, rec, clock)

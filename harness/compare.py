@@ -19,9 +19,9 @@ from harness.errors import LayerbenchError
 from harness.noise import DeltaInterval, delta_interval
 from harness.profile import LoadProfile
 from harness.results import RunWriter, read_jsonl
-from harness.resume import ResumePlan
+from harness.resume import ResumePlan, ResumeRefused
 from harness.steady import likely_cause
-from harness.sweep import LevelSummary, RunSummary
+from harness.sweep import LevelSummary, RunSummary, summary_file
 from stacks.base import AppliedConfig, Stack
 
 
@@ -217,6 +217,10 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
     if baseline is None:
         raise LayerbenchError(f"stack {stack.kind} names no baseline")
     versions = check_versions(baseline, stack, allow_mismatch)
+    for label, run in (plan.prior.items() if plan else ()):  # before anything is deployed again
+        if versions[label] != run.engine_version:
+            raise ResumeRefused(f"cannot resume: the {label}'s engine is now version {versions[label]}, the first "
+                                f"invocation measured {run.engine_version}")
     summary = CompareSummary(
         run_id=writer.run_id, stack=stack.kind, baseline_stack=baseline.kind, in_request_path=stack.in_request_path,
         profile=profile.name, repeats=repeats, versions=versions,
@@ -229,6 +233,7 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
         prior = plan.prior.get(label) if plan else None
         if plan and plan.side_done(label) and prior is not None:
             console.print(f"{label} {target.kind}: every level was measured before; not deployed again")
+            prior.status = "complete"  # its folder was marked with the interrupted invocation's status
             summary.runs[label], summary.applied[label] = prior, prior.applied
             summary.versions[label] = prior.engine_version
             continue
@@ -240,6 +245,8 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
                 summary.versions[label] = run.engine_version  # the live answer beats the declared one
                 live[label] = live_facts(target)
             refresh_logs(live[label], target)
+        except ResumeRefused:
+            raise
         except LayerbenchError as e:
             summary.failures[label] = str(e)
             if label == "baseline":  # nothing to compare against: the layer is not deployed
@@ -247,7 +254,7 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
                 raise LayerbenchError(f"baseline {baseline.kind} failed: {e}") from None
             console.print(f"[red]{label} {target.kind} failed:[/] {e}")
         finally:
-            partial = writer.dir / f"summary-{label}.json"
+            partial = writer.dir / summary_file(label, target.kind)
             if label not in summary.runs and partial.exists():  # died mid-run: keep what was measured
                 summary.runs[label] = RunSummary.model_validate_json(partial.read_text())
             writer.write_json("compare.json", summary.model_dump())

@@ -10,6 +10,7 @@ environment are scrubbed from every file of the folder."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import platform
@@ -64,7 +65,13 @@ class RunWriter:
             raise LayerbenchError(f"results folder {self.dir} already exists") from None
         except OSError as e:
             raise LayerbenchError(f"cannot create the results folder {self.dir}: {e.strerror or e}") from None
+        self._lock = _lock(self.dir)
         old = json.loads((self.dir / "run.json").read_text()) if resume else {}
+        for stale in ("reason", "finished", "phase", "lost_request_lines"):  # the previous invocation's
+            old.pop(stale, None)
+        if resume:  # a line cut by a killed invocation would glue itself to the next one
+            for name in ("requests.jsonl", "scrapes.jsonl"):
+                _cut_partial_line(self.dir / name)
         self.meta: dict[str, Any] = {
             "run_id": run_id,
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -123,6 +130,7 @@ class RunWriter:
             self._requests.close()
         except OSError:
             pass
+        self._lock.close()  # releases the flock: the folder may be resumed now
         try:
             for path in self.dir.glob("summary*.json"):  # a summary left `running` by a failed level
                 d = json.loads(path.read_text())
@@ -148,6 +156,43 @@ class RunWriter:
 
 
 def read_jsonl(path: Path) -> list[dict]:
+    """Every whole JSON line; a line cut short (a killed writer) is skipped."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def _lock(run_dir: Path):
+    """Held while a layerbench writes the folder (released by the OS if it is killed)."""
+    f = (run_dir / "run.lock").open("w")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        raise LayerbenchError(f"{run_dir} is being written by another layerbench") from None
+    return f
+
+
+def held_by_another(run_dir: Path) -> bool:
+    try:
+        with (run_dir / "run.lock").open("r") as f:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    return False
+
+
+def _cut_partial_line(path: Path) -> None:
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        os.truncate(path, data.rfind(b"\n") + 1)

@@ -8,16 +8,21 @@ from __future__ import annotations
 import json
 import os
 import platform
+import time
 from pathlib import Path
 
-import psutil
 from pydantic import BaseModel, ValidationError
 
 from harness.errors import LayerbenchError
 from harness.profile import LoadProfile
-from harness.sweep import RunSummary
+from harness.results import git_revision, held_by_another
+from harness.sweep import RunSummary, summary_file
 
 SIDES = ("baseline", "stack")
+
+
+class ResumeRefused(LayerbenchError):
+    """A resumed side no longer matches what the first invocation measured: the whole resume stops."""
 
 
 class ResumePlan(BaseModel):
@@ -28,6 +33,8 @@ class ResumePlan(BaseModel):
     repeats: int
     invocation: int  # 1 for the first resume
     prior: dict[str, RunSummary]  # side -> what earlier invocations measured
+    history: list[dict]  # run.json's `invocations`, this one included (when, layerbench's git revision, why)
+    allow_version_mismatch: bool = False  # as the first invocation was told
 
     def side_done(self, label: str) -> bool:
         run = self.prior.get(label)
@@ -61,21 +68,27 @@ def plan_resume(results: Path, run_id: str, stack: str | None, profile: LoadProf
     status = meta.get("status")
     if status == "complete":
         raise LayerbenchError(f"cannot resume {run_id}: it is already complete")
-    if status == "running" and _alive(meta.get("pid")):
-        raise LayerbenchError(f"cannot resume {run_id}: it is still running (pid {meta.get('pid')})")
+    if held_by_another(run_dir):
+        raise LayerbenchError(f"cannot resume {run_id}: another layerbench is still writing it (pid "
+                              f"{meta.get('pid')})")
+    missing = [k for k in ("stack", "profile", "options", "repeats") if k not in meta]
+    if missing:
+        raise LayerbenchError(f"cannot resume {run_id}: its run.json does not record {', '.join(missing)} "
+                              "(written by a layerbench without resume support)")
     try:
         recorded = LoadProfile.model_validate(meta["profile"])
-    except (KeyError, ValidationError) as e:
+        n_repeats = int(meta["repeats"])
+    except (ValidationError, TypeError, ValueError) as e:
         raise LayerbenchError(f"cannot resume {run_id}: its recorded profile cannot be read ({e})") from None
     changed = []
     if stack is not None and stack != meta.get("stack"):
         changed.append(f"stack: was {meta.get('stack')}, now {stack}")
     if profile is not None and profile.model_dump() != recorded.model_dump():
         changed.append(f"profile: was {recorded.name!r} with other settings, now {profile.name!r}")
-    if options and options != meta.get("options", {}):
-        changed.append(f"stack options: were {meta.get('options', {})}, now {options}")
-    if repeats is not None and repeats != meta.get("repeats"):
-        changed.append(f"repeats: were {meta.get('repeats')}, now {repeats}")
+    if options and options != meta["options"]:
+        changed.append(f"stack options: were {meta['options']}, now {options}")
+    if repeats is not None and repeats != n_repeats:
+        changed.append(f"repeats: were {n_repeats}, now {repeats}")
     host = meta.get("host", {})
     if (host.get("hostname"), host.get("cpus")) != (platform.node(), os.cpu_count()):
         changed.append(f"host: was {host.get('hostname')} with {host.get('cpus')} CPUs, now {platform.node()} "
@@ -85,21 +98,16 @@ def plan_resume(results: Path, run_id: str, stack: str | None, profile: LoadProf
                               "the recorded ones)")
     prior = {}
     for label in SIDES:
-        path = run_dir / f"summary-{label}.json"
+        path = run_dir / summary_file(label, str(meta["stack"]))
         if path.exists():
             try:
                 prior[label] = RunSummary.model_validate(_read(path))
             except ValidationError:
                 raise LayerbenchError(f"cannot resume {run_id}: {path} was written by another version of "
                                       "layerbench") from None
-    return ResumePlan(run_id=run_id, stack=meta["stack"], profile=recorded, options=meta.get("options", {}),
-                      repeats=int(meta["repeats"]), invocation=len(meta.get("invocations", [])) + 1, prior=prior)
-
-
-def _alive(pid: object) -> bool:
-    if not isinstance(pid, int) or pid == os.getpid():
-        return False
-    try:
-        return "layerbench" in " ".join(psutil.Process(pid).cmdline())
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return False
+    history = [*meta.get("invocations", []), {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                                             "git": git_revision(), "previous_status": status,
+                                             "previous_reason": meta.get("reason")}]
+    return ResumePlan(run_id=run_id, stack=str(meta["stack"]), profile=recorded, options=meta["options"],
+                      repeats=n_repeats, invocation=len(history), prior=prior, history=history,
+                      allow_version_mismatch=bool(meta.get("allow_version_mismatch")))

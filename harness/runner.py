@@ -94,8 +94,8 @@ BACKOFF_MAX_S = 1.0
 class Flow:
     """One closed-loop phase: what was sent and recorded, and why it stopped early (if it did)."""
 
-    def __init__(self, n: int, min_duration_s: float, keep: bool):
-        self.n, self.min_ns, self.keep = n, int(min_duration_s * 1e9), keep
+    def __init__(self, n: int, min_duration_s: float):
+        self.n, self.min_ns = n, int(min_duration_s * 1e9)
         self.t0 = time.perf_counter_ns()
         self.sent = self.recorded = 0
         self.records: list[RequestRecord] = []
@@ -131,13 +131,13 @@ async def _watch(flow: Flow, tasks: list[asyncio.Task], dead: Callable[[], str |
         t.cancel()
 
 
-async def _drive(client: StreamClient, gen: PromptGenerator, level: int, repeat: int, phase: str,
+async def drive(client: StreamClient, gen: PromptGenerator, level: int, repeat: int, phase: str,
                  n: int, min_duration_s: float, conns: list, on_record: Callable[[RequestRecord], None],
                  dead: Callable[[], str | None] | None = None, keep: bool = True) -> Flow:
     """Every request taken is recorded exactly once (sent = recorded), also when the phase is stopped: by a
     dead deployment (`aborted`), by Ctrl-C / SIGTERM (`interrupted`) or by an error writing results."""
     clock = time.perf_counter_ns
-    flow = Flow(n, min_duration_s, keep)
+    flow = Flow(n, min_duration_s)
 
     def record(rec: RequestRecord) -> None:
         flow.recorded += 1
@@ -152,10 +152,13 @@ async def _drive(client: StreamClient, gen: PromptGenerator, level: int, repeat:
             rec = RequestRecord(level=level, index=i, repeat=repeat, phase=phase, t_due_ns=due)
             try:
                 await client.measure(conn, gen.prompt(level, i + repeat * 1_000_000, phase), rec)
-            except asyncio.CancelledError:
+            except BaseException as e:  # taken means recorded, whatever stopped it
                 rec.ok, rec.t_end_ns = False, clock()
-                rec.error = "aborted" if flow.abort else "interrupted"
-                rec.error_detail = flow.abort or "stopped by Ctrl-C / SIGTERM while in flight"
+                if isinstance(e, asyncio.CancelledError):
+                    rec.error = "aborted" if flow.abort else "interrupted"
+                    rec.error_detail = flow.abort or "stopped by Ctrl-C / SIGTERM while in flight"
+                else:
+                    rec.error, rec.error_detail = "client_error", f"{type(e).__name__}: {e}"[:300]
                 conn.close()
                 record(rec)
                 raise
@@ -197,7 +200,7 @@ async def warm(client: StreamClient, gen: PromptGenerator, concurrency: int, wav
     stopped early, if it did."""
     conns = [client.connection() for _ in range(concurrency)]
     try:
-        flow = await _drive(client, gen, concurrency, 0, "warmup-sweep", waves * concurrency, 0.0, conns,
+        flow = await drive(client, gen, concurrency, 0, "warmup-sweep", waves * concurrency, 0.0, conns,
                             on_record, dead, keep=False)
         return flow.abort
     finally:
@@ -215,7 +218,7 @@ async def run_level(client: StreamClient, gen: PromptGenerator, concurrency: int
     conns = [client.connection() for _ in range(concurrency)]
     try:
         if warmup_waves:
-            warmup = await _drive(client, gen, concurrency, repeat, "warmup", warmup_waves * concurrency, 0.0,
+            warmup = await drive(client, gen, concurrency, repeat, "warmup", warmup_waves * concurrency, 0.0,
                                   conns, on_record, dead, keep=False)
             if warmup.abort:
                 return LevelRun(concurrency=concurrency, repeat=repeat, records=[], sent=0, aborted=warmup.abort,
@@ -239,7 +242,7 @@ async def run_level(client: StreamClient, gen: PromptGenerator, concurrency: int
         monitor = asyncio.create_task(_lag_monitor(lag, stop))
         cpu0, wall0 = proc.cpu_times(), time.perf_counter()
         dep0 = process_cpu() if process_cpu else {}
-        flow = await _drive(client, gen, concurrency, repeat, "measure", n_requests, min_duration_s, conns,
+        flow = await drive(client, gen, concurrency, repeat, "measure", n_requests, min_duration_s, conns,
                             measured, dead)
         records = flow.records
         window = time.perf_counter() - wall0

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness.childproc import StopFlag, child_signals, start_child, stop_child
+from harness.errors import LayerbenchError
 
 # Only summary samples are kept per scrape; histogram buckets would make scrapes.jsonl huge.
 _SKIP_SUFFIXES = ("_bucket", "_created")
@@ -115,7 +117,11 @@ def _scrape_loop(endpoints: dict[str, str], interval_s: float, out_path: str, ta
     with httpx.Client(timeout=max(1.0, min(interval_s, 5.0))) as client, open(out_path, "a") as out:
         next_t = time.monotonic()
         while not stop.is_set():
-            _scrape_all(client, endpoints, out, tags, level.value or None, None)
+            try:
+                _scrape_all(client, endpoints, out, tags, level.value or None, None)
+            except OSError as e:  # the disk is full: the load client reports it when it writes next
+                print(f"layerbench scraper: stopped, cannot write {out_path}: {e.strerror or e}", file=sys.stderr)
+                return
             next_t += interval_s
             stop.wait(max(0.0, next_t - time.monotonic()))
 
@@ -161,8 +167,11 @@ class Scraper:
             return
         if self._client is None:
             self._client = httpx.Client(timeout=10.0)
-        with self.out_path.open("a") as out:
-            _scrape_all(self._client, self.endpoints, out, self.tags, level, phase)
+        try:
+            with self.out_path.open("a") as out:
+                _scrape_all(self._client, self.endpoints, out, self.tags, level, phase)
+        except OSError as e:
+            raise LayerbenchError(f"cannot write {self.out_path}: {e.strerror or e} (is the disk full?)") from None
 
     def __enter__(self) -> Scraper:
         """Starts the poller (interval policy) and returns once its first scrape is on disk, so load never
@@ -183,7 +192,7 @@ class Scraper:
             self._client.close()
             self._client = None
         if self._proc is not None:
-            stop_child(self._proc, self._stop, timeout=min(self.interval_s, 5.0) + 10)
+            stop_child(self._proc, self._stop, timeout=max(1.0, min(self.interval_s, 5.0)) + 2)  # its scrape timeout
 
     def new_scrapes(self) -> list[dict]:
         """Complete lines appended since the last call (a line being written is left for next time)."""

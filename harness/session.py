@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from harness.errors import LayerbenchError
 from harness.profile import LoadProfile
 from harness.results import RunWriter
+from harness.resume import ResumeRefused
 from harness.sweep import RunSummary, measure
 from stacks.base import Stack
 
@@ -49,13 +49,13 @@ def deploy_and_measure(stack: Stack, profile: LoadProfile, writer: RunWriter, la
             ("engine version", prior.engine_version, summary.engine_version),
             ("applied settings", prior.applied.model_dump(), summary.applied.model_dump())) if a != b]
         if changed:
-            raise LayerbenchError(f"cannot resume: {label} {stack.kind} differs from the first invocation: "
-                                  + "; ".join(changed))
-        kept = [lv for lv in prior.levels if lv.incomplete is None]
-        summary = prior.model_copy(update={"status": "running", "stopped": None, "levels": []})
-        for lv in kept:
+            raise ResumeRefused(f"cannot resume: {label} {stack.kind} differs from the first invocation: "
+                                + "; ".join(changed))
+        for lv in prior.levels:  # levels stopped early stay as history and are measured again
             summary.add(lv)
-        skip = frozenset((lv.stats.repeat, lv.stats.concurrency) for lv in kept)
+        summary.scrapes, summary.scrape_gaps = prior.scrapes, prior.scrape_gaps
+        summary.scrape_gap_reasons = dict(prior.scrape_gap_reasons)
+        skip = frozenset((lv.stats.repeat, lv.stats.concurrency) for lv in prior.levels if lv.incomplete is None)
     deployments = {**writer.meta.get("deployments", {}), label: {
         **stack.describe(), "engine_version": summary.engine_version, "applied": summary.applied.model_dump(),
         "startup_s": round(waited, 1), "pids": sorted(p.pid for ps in stack.processes().values() for p in ps),

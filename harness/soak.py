@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import threading
 import time
 from pathlib import Path
@@ -23,10 +22,10 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from harness.client import StreamClient
 from harness.prompts import PromptGenerator, new_run_id
 from harness.results import RunWriter, read_jsonl
-from harness.runner import _drive
+from harness.runner import drive
 from harness.scraper import Scraper
-from stacks.base import DeploySettings
-from stacks.sim import SimStack
+from harness.signals import shielded
+from stacks.base import DeploySettings, get_stack
 
 # (start as a share of the duration, what changes); the engine restart starts fresh without faults.
 SCHEDULE: list[tuple[float, str, dict]] = [
@@ -69,7 +68,7 @@ class SoakResult(BaseModel):
         return not self.problems
 
 
-def _schedule(stack: SimStack, duration_s: float, t0: float, stop: threading.Event, events: list[str],
+def _schedule(stack, duration_s: float, t0: float, stop: threading.Event, events: list[str],
               restarts: list[float]) -> None:
     """Runs in a thread: fault switches are HTTP calls, the restart blocks for a second or two."""
     for share, what, change in SCHEDULE:
@@ -78,13 +77,9 @@ def _schedule(stack: SimStack, duration_s: float, t0: float, stop: threading.Eve
         at = time.monotonic() - t0
         try:
             if change:
-                httpx.post(f"{stack.engine.url}/sim/faults", json=change, timeout=5).raise_for_status()
-            else:
-                proc = stack.engine.proc
-                os.killpg(proc.pid, signal.SIGKILL)  # type: ignore[arg-type]
-                proc.proc.wait()  # type: ignore[union-attr]
-                stack.engine.start()
-                stack.engine.wait(60, Console(quiet=True))
+                httpx.post(f"{stack.endpoint().base_url}/sim/faults", json=change, timeout=5).raise_for_status()
+            elif not stop.is_set():  # never start an engine after the soak has begun its teardown
+                stack.crash_and_restart(timeout=20)
                 restarts.append(time.monotonic() - t0)
             events.append(f"{at:.0f} s: {what}")
         except Exception as e:  # noqa: BLE001 (a failed injection is reported, the soak goes on)
@@ -109,7 +104,7 @@ async def _load(client: StreamClient, gen: PromptGenerator, c: int, duration_s: 
     sampler = asyncio.create_task(sample())
     conns = [client.connection() for _ in range(c)]
     try:
-        flow = await _drive(client, gen, c, 0, "measure", 0, duration_s, conns, on_record, keep=False)
+        flow = await drive(client, gen, c, 0, "measure", 0, duration_s, conns, on_record, keep=False)
     finally:
         sampler.cancel()
         for conn in conns:
@@ -131,7 +126,7 @@ def run_soak(duration_s: float, concurrency: int, results: Path, out_dir: Path,
     restarts: list[float] = []
     status, reason = "failed", None
     try:
-        with SimStack(settings) as stack:
+        with get_stack("sim")(settings) as stack:
             stack.deploy()
             stack.wait_ready(60)
             ep = stack.endpoint()
@@ -152,7 +147,8 @@ def run_soak(duration_s: float, concurrency: int, results: Path, out_dir: Path,
                                                               memory, progress, task))
                 finally:
                     stop.set()
-                    injector.join()
+                    with shielded("stopping the fault injector"):  # it may be restarting the engine
+                        injector.join()
                 scraper.new_scrapes()
         status = "complete"
     except KeyboardInterrupt:

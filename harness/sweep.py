@@ -32,6 +32,7 @@ class LevelSummary(BaseModel):
     server: ServerLevelMetrics
     incomplete: str | None = None  # why the level stopped before its end; its figures cover what was sent
     invocation: int = 0  # 0: the first `compare`, n: the n-th `--resume` of it
+    sent: int | None = None  # requests the load loop started; each one is a line in requests.jsonl
 
 
 class RunSummary(BaseModel):
@@ -92,71 +93,80 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
     labels: dict[int, str] = {os.getpid(): "load client"}
     sampler = CoreSampler([os.getpid()], writer.dir / f"cores-{summary.label}.raw.json")
     scrape_ms: list[float] = []
+    before = (summary.scrapes, summary.scrape_gaps, dict(summary.scrape_gap_reasons))  # earlier invocations
+
+    def count_scrapes() -> None:
+        summary.scrapes, summary.scrape_gaps = before[0] + scraper.count, before[1] + scraper.gaps
+        summary.scrape_gap_reasons = {k: before[2].get(k, 0) + scraper.gap_reasons.get(k, 0)
+                                      for k in {*before[2], *scraper.gap_reasons}}
+
     writer.write_meta(phase=f"{summary.label}: starting the metric scraper and core sampler")
-    with scraper, sampler, Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=console,
-    ) as progress:
-        if scraper.pid:
-            labels[scraper.pid] = "scraper"
-        dead = stack.dead if stack.cheap_liveness else None
-        if summary.warmup_sweep:  # a compiled engine meets every batch shape before anything is measured
-            writer.write_meta(phase=f"{summary.label}: warmup sweep")
-            task = progress.add_task(f"{summary.label} {stack.kind} warmup sweep", total=len(levels))
-            for c in levels:
-                if why := asyncio.run(warm(client, gen, c, max(1, profile.warmup_waves), on_record, dead)):
-                    summary.stopped = f"warmup sweep at c={c}: {why}"
-                    _save(writer, summary)
-                    raise LayerbenchError(f"{summary.label} {stack.kind} stopped during the warmup sweep: {why}")
-                progress.advance(task)
-        for rep in range(n_repeats):
-            for c in levels:
-                if (rep, c) in skip:
-                    continue
-                n = profile.requests_for(c)
-                where = f"c={c}" + (f" rep {rep + 1}/{n_repeats}" if n_repeats > 1 else "")
-                writer.write_meta(phase=f"{summary.label}: {where}")
-                task = progress.add_task(f"{summary.label} {stack.kind} {where}", total=n)
-                done = [0]
+    where = "the start"
+    try:
+        with scraper, sampler, Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=console,
+        ) as progress:
+            if scraper.pid:
+                labels[scraper.pid] = "scraper"
+            dead = stack.dead if stack.cheap_liveness else None
+            if summary.warmup_sweep:  # a compiled engine meets every batch shape before anything is measured
+                writer.write_meta(phase=f"{summary.label}: warmup sweep")
+                task = progress.add_task(f"{summary.label} {stack.kind} warmup sweep", total=len(levels))
+                for c in levels:
+                    where = f"the warmup sweep, c={c}"
+                    if why := asyncio.run(warm(client, gen, c, max(1, profile.warmup_waves), on_record, dead)):
+                        summary.stopped = f"warmup sweep at c={c}: {why}"
+                        _save(writer, summary)
+                        raise LayerbenchError(f"{summary.label} {stack.kind} stopped during the warmup sweep: {why}")
+                    progress.advance(task)
+            for rep in range(n_repeats):
+                for c in levels:
+                    if (rep, c) in skip:
+                        continue
+                    n = profile.requests_for(c)
+                    where = f"c={c}" + (f" rep {rep + 1}/{n_repeats}" if n_repeats > 1 else "")
+                    writer.write_meta(phase=f"{summary.label}: {where}")
+                    task = progress.add_task(f"{summary.label} {stack.kind} {where}", total=n)
+                    done = [0]
 
-                def advance(_rec, t=task, done=done, n=n) -> None:
-                    # a level may outrun its request count (min_duration_s): grow the bar instead of overflowing
-                    done[0] += 1
-                    progress.update(t, completed=done[0], total=max(done[0], n))
+                    def advance(_rec, t=task, done=done, n=n) -> None:
+                        # a level may outrun its request count (min_duration_s): grow the bar instead of overflowing
+                        done[0] += 1
+                        progress.update(t, completed=done[0], total=max(done[0], n))
 
-                scraper.level = c
-                try:
+                    scraper.level = c
                     run = asyncio.run(run_level(
                         client, gen, c, n, repeat=rep, warmup_waves=profile.warmup_waves,
                         min_duration_s=profile.min_duration_s, on_record=on_record,
                         on_progress=advance, process_cpu=stack.process_cpu,
                         on_measure_start=lambda c=c: scraper.mark(c, "start"), dead=dead,
                     ))
-                except KeyboardInterrupt:
-                    summary.stopped = f"interrupted by Ctrl-C / SIGTERM at {where}"
+                    if not run.aborted:
+                        scraper.mark(c, "end")
+                    scraper.level = None
+                    labels.update({pid: label for pid, (label, _) in stack.process_cpu().items()})
+                    level_scrapes = [s for s in scraper.new_scrapes() if s["level"] == c]
+                    scrape_ms += [s["dur_ms"] for s in level_scrapes if s.get("dur_ms") is not None]
+                    progress.update(task, total=len(run.records), completed=len(run.records))
+                    if run.records:
+                        records = [RequestRecord.from_json(r) for r in run.records]
+                        stats = level_stats(records, c, profile.slo, repeat=rep)
+                        summary.add(LevelSummary(stats=stats, client=run.client, process_cpu_s=run.process_cpu_s,
+                                                 window_s=run.window_s, server=summarise(level_scrapes),
+                                                 incomplete=run.aborted, invocation=invocation, sent=run.sent))
+                    count_scrapes()
+                    summary.scrape_ms = Dist.of(scrape_ms)
+                    why = run.aborted or stack.dead()
+                    if why:
+                        summary.stopped = f"{where}: {why}"
                     _save(writer, summary)
-                    raise
-                if not run.aborted:
-                    scraper.mark(c, "end")
-                scraper.level = None
-                labels.update({pid: label for pid, (label, _) in stack.process_cpu().items()})
-                level_scrapes = [s for s in scraper.new_scrapes() if s["level"] == c]
-                scrape_ms += [s["dur_ms"] for s in level_scrapes if s.get("dur_ms") is not None]
-                progress.update(task, total=len(run.records), completed=len(run.records))
-                if run.records:
-                    records = [RequestRecord.from_json(r) for r in run.records]
-                    stats = level_stats(records, c, profile.slo, repeat=rep)
-                    summary.add(LevelSummary(stats=stats, client=run.client, process_cpu_s=run.process_cpu_s,
-                                             window_s=run.window_s, server=summarise(level_scrapes),
-                                             incomplete=run.aborted, invocation=invocation))
-                summary.scrapes, summary.scrape_gaps = scraper.count, scraper.gaps
-                summary.scrape_gap_reasons, summary.scrape_ms = dict(scraper.gap_reasons), Dist.of(scrape_ms)
-                why = run.aborted or stack.dead()
-                if why:
-                    summary.stopped = f"{where}: {why}"
-                _save(writer, summary)
-                if why:  # measured so far is on disk; stop and say so
-                    raise LayerbenchError(f"{summary.label} {stack.kind} stopped at {where}: {why}")
+                    if why:  # measured so far is on disk; stop and say so
+                        raise LayerbenchError(f"{summary.label} {stack.kind} stopped at {where}: {why}")
+    except KeyboardInterrupt:  # wherever it lands: the summary says where the sweep stopped
+        summary.stopped = f"interrupted by Ctrl-C / SIGTERM at {where}"
+        _save(writer, summary)
+        raise
     summary.cores, summary.sampler_cpu_pct = sampler.result(labels), sampler.self_cpu_pct()
     sampler.out_path.unlink(missing_ok=True)
     for path in stack.log_locations().values():
@@ -164,15 +174,15 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
             summary.engine_binding = found
             break
     scraper.new_scrapes()
-    summary.scrapes, summary.scrape_gaps = scraper.count, scraper.gaps
-    summary.scrape_gap_reasons = dict(scraper.gap_reasons)
+    count_scrapes()
     _save(writer, summary)  # with where every process ran: a resumed compare reads this back
     return summary
 
 
-def summary_name(summary: RunSummary) -> str:
-    return f"summary-{summary.label}.json" if summary.label != summary.stack else "summary.json"
+def summary_file(label: str, stack: str) -> str:
+    """A compare's sides are `summary-baseline.json` and `summary-stack.json`; a single run's `summary.json`."""
+    return f"summary-{label}.json" if label != stack else "summary.json"
 
 
 def _save(writer: RunWriter, summary: RunSummary) -> None:
-    writer.write_json(summary_name(summary), summary.model_dump())
+    writer.write_json(summary_file(summary.label, summary.stack), summary.model_dump())

@@ -22,6 +22,13 @@ from harness.errors import LayerbenchError
 from harness.placement import deployment_preexec
 from harness.redact import deployment_env
 
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+def _child_preexec() -> None:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+    deployment_preexec()
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -70,14 +77,18 @@ class ManagedProcess:
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
+        # a Ctrl-C between fork and Popen's return would leave a server nobody knows the pid of: hold the
+        # signals until self.proc is set (they are delivered right after); the server gets them unblocked
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
         try:
             self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env,
                                          cwd=self.cwd, start_new_session=True, stdin=subprocess.DEVNULL,
-                                         preexec_fn=deployment_preexec)
+                                         preexec_fn=_child_preexec)
         except OSError as e:
             raise LayerbenchError(f"{self.name}: cannot start {self.cmd[0]}: {e}") from None
         finally:
             log.close()
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -127,11 +138,12 @@ class ManagedProcess:
                         p.send_signal(sig)
                 except psutil.NoSuchProcess:
                     pass
+            deadline = time.monotonic() + wait  # one deadline for the leader and the rest of its tree
             try:
                 self.proc.wait(timeout=wait)
             except subprocess.TimeoutExpired:
                 continue
-            _, alive = psutil.wait_procs(list(self._seen.values()), timeout=wait)
+            _, alive = psutil.wait_procs(list(self._seen.values()), timeout=max(0.1, deadline - time.monotonic()))
             if not alive:
                 break
         survivors = []
@@ -146,8 +158,10 @@ class ManagedProcess:
 
 class Leftovers:
     """Files a deployment leaves behind that are not in its process tree (vLLM's /tmp/vllm_dist_*, the
-    /dev/shm segments and semaphores of its multiprocessing: ~400 MB after a killed vLLM): whatever matches
-    the patterns and appeared between `snapshot()` and `remove()` is this deployment's."""
+    /dev/shm segments and semaphores of its multiprocessing: ~400 MB after a killed vLLM). Removed: entries
+    matching the patterns that appeared between `snapshot()` and `remove()`, belong to this user, and that no
+    running process has mapped, open, bound as a socket or as its working directory (another program's files
+    that appeared meanwhile are in use by it, so they stay)."""
 
     def __init__(self, patterns: tuple[str, ...] = ("/tmp/vllm_dist_*", "/dev/shm/*")):
         self.patterns = patterns
@@ -162,27 +176,37 @@ class Leftovers:
     def remove(self) -> list[Path]:
         if self._before is None:
             return []
-        in_use = _in_use()  # another deployment's or program's files appeared meanwhile too: keep those
-        gone = sorted(p for p in self._now() - self._before if str(p) not in in_use)
-        for p in gone:
+        used = _in_use()
+        gone = []
+        for p in sorted(self._now() - self._before):
             try:
-                shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+                if p.lstat().st_uid != os.getuid() or any(u == str(p) or u.startswith(f"{p}/") for u in used):
+                    continue
+                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+                gone.append(p)
             except OSError:
-                pass
+                continue
         self._before = None
         return gone
 
 
 def _in_use() -> set[str]:
-    """Paths any running process has mapped (shared memory, POSIX semaphores) or open."""
+    """Paths any running process has mapped (shared memory, POSIX semaphores), open, as its working directory,
+    or bound as a Unix socket."""
     used: set[str] = set()
     for proc in Path("/proc").glob("[0-9]*"):
         try:
             used.update(ln.split(maxsplit=5)[5] for ln in (proc / "maps").read_text().splitlines()
                         if ln.count(" ") >= 5 and "/" in ln)
             used.update(os.readlink(fd) for fd in (proc / "fd").iterdir())
+            used.add(os.readlink(proc / "cwd"))
         except (OSError, IndexError):
             continue
+    try:  # Unix sockets bound to a path (ZMQ's ipc:// endpoints): the socket's holder is alive
+        used.update(ln.split()[-1] for ln in Path("/proc/net/unix").read_text().splitlines()[1:]
+                    if len(ln.split()) >= 8)
+    except OSError:
+        pass
     return {u.removesuffix(" (deleted)").strip() for u in used}
 
 
@@ -221,8 +245,11 @@ def stop_and_verify(proc: ManagedProcess, ports: list[int], what: str, timeout: 
     if proc.proc is None:
         return
     if proc.alive():
-        Console(stderr=True).print(f"stopping {what} (process group {proc.pid}; up to "
-                                   f"{leader_grace + timeout + 10:.0f} s)", highlight=False)
+        try:  # after SIGHUP the terminal may be gone: saying so must not break the teardown
+            Console(stderr=True).print(f"stopping {what} (process group {proc.pid}; up to "
+                                       f"{leader_grace + timeout + 10:.0f} s)", highlight=False)
+        except (OSError, ValueError):
+            pass
     survivors = proc.stop(timeout, leader_grace)
     deadline = time.monotonic() + 15
     while any(port_in_use(p) for p in ports) and time.monotonic() < deadline:

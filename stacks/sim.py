@@ -9,7 +9,10 @@ fail_500, fail_429, cut_stream, metrics_delay_ms, ...) goes to the engine; any P
 from __future__ import annotations
 
 import copy
+import os
+import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +114,18 @@ class SimStack(Stack):
         cfg.max_concurrency = cfg.kv_cache_tokens / self.settings.engine.max_model_len
         cfg.max_concurrency_at_tokens = self.settings.engine.max_model_len
         return cfg
+
+    def crash_and_restart(self, timeout: float = 60.0) -> float:
+        """SIGKILL the engine's process group (a crash: nothing is flushed, nothing said goodbye) and start it
+        again on the same port; returns seconds until it serves again (`make soak`'s engine restart)."""
+        t0 = time.monotonic()
+        proc = self.engine.proc
+        if proc.pid is not None and proc.alive():
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.proc.wait()  # type: ignore[union-attr]
+        self.engine.start()
+        self.engine.wait(timeout, Console(quiet=True))
+        return time.monotonic() - t0
 
     def dead(self) -> str | None:
         servers = [self.engine, *([p] if (p := getattr(self, "proxy", None)) else [])]

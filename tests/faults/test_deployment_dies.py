@@ -33,7 +33,7 @@ def test_engine_killed_mid_level(tmp_path, quick_profile, capsys):
     assert first["incomplete"] is None and first["stats"]["succeeded"] == 40  # kept as measured
     assert second["incomplete"] and "deployment died" in second["incomplete"]
     recorded = [r for r in lines(run / "requests.jsonl") if r["phase"] == "measure" and r["level"] == 4]
-    assert len(recorded) == second["stats"]["sent"]  # sent = recorded
+    assert len(recorded) == second["sent"]  # sent = recorded
     errors = {r["error"] for r in recorded if not r["ok"]}
     assert errors and errors <= {"disconnect", "connect", "aborted"}, errors
     assert second["stats"]["errors"] == {e: sum(r["error"] == e for r in recorded) for e in errors}

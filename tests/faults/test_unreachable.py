@@ -36,5 +36,5 @@ def test_endpoint_server_dies_mid_run(tmp_path, quick_profile):
     connect = [r for r in recorded if r["error"] == "connect"]
     assert connect and len(connect) < 400  # backed off: 4 slots, at most ~1 attempt a second each after 1 s
     level = json.loads((run / "summary.json").read_text())["levels"][-1]
-    assert level["stats"]["sent"] == len(recorded) and "server unreachable" in level["incomplete"]
+    assert level["sent"] == len(recorded) and "server unreachable" in level["incomplete"]
     assert main(["report", "--results-dir", str(results), "--out", str(tmp_path / "s.md")]) == 0

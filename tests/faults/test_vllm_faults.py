@@ -38,7 +38,7 @@ def test_vllm_killed_mid_level(tmp_path, write_profile):
     level = json.loads((run / "summary.json").read_text())["levels"][0]
     assert "deployment died" in level["incomplete"]
     recorded = [r for r in lines(run / "requests.jsonl") if r["phase"] == "measure"]
-    assert len(recorded) == level["stats"]["sent"]  # sent = recorded
+    assert len(recorded) == level["sent"]  # sent = recorded
     failed = {r["error"] for r in recorded if not r["ok"]}
     assert failed and failed <= {"disconnect", "connect", "aborted"}, failed
     assert not [p for p in pids if os.path.exists(f"/proc/{p}")

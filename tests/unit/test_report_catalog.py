@@ -5,6 +5,7 @@ The folders are copies of one real single run and one real compare (sim engine, 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import shutil
 from pathlib import Path
@@ -167,13 +168,20 @@ def test_running_without_a_process_is_shown_as_such(seed, tmp_path, monkeypatch)
         edit_json(run / "run.json", status="running", reason=None)
         raw = (run / "requests.jsonl").read_bytes()
         (run / "requests.jsonl").write_bytes(raw[:-10])  # a line being written, or cut by the kill
-    with (results / "live" / "requests.jsonl").open("a"):  # what RunWriter does for the whole run
+    with (results / "live" / "run.lock").open("w") as lock:  # what RunWriter holds for the whole run
+        fcntl.flock(lock, fcntl.LOCK_EX)
         entries, problems = read_results(results)
     status = {e.run_id: e.status for e in entries}
     assert status["live"] == "running"  # a line mid-write is not damage while the run is live
     assert status["killed"].startswith("running (no process; requests.jsonl: line ")
     assert "no process is writing it" in line_for(problems, "killed") and len(problems) == 1
 
+    # folders of layerbench versions without the lock: whoever holds requests.jsonl open
+    for name in ("live", "killed"):
+        (results / name / "run.lock").unlink()
+    with (results / "live" / "requests.jsonl").open("a"):
+        entries, _ = read_results(results)
+    assert {e.run_id: e.status for e in entries}["live"] == "running"
     monkeypatch.setattr(catalog, "open_by_some_process", lambda paths: None)  # processes cannot be inspected
     entries, _ = read_results(results)
     assert {e.status for e in entries} == {"running?"}
