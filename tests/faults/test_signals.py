@@ -58,6 +58,7 @@ def test_signal_leaves_nothing_running_and_keeps_results(tmp_path, quick_profile
 
     assert not gone_within(started, 0.5), lb.output()
     assert everything_gone < 30, f"took {everything_gone:.1f} s"
+    print(f"[{phase} {sig.name}] exit {rc} and every process gone {everything_gone:.1f} s after the signal")
     assert rc == 130, lb.output()
     assert "Traceback" not in lb.output()
     run = run_dir(results)
