@@ -17,16 +17,18 @@ pytestmark = pytest.mark.slow
 ENGINE = {"max_model_len": 1024, "max_num_seqs": 32, "dtype": "float32", "enforce_eager": True}
 
 
-def _profile(write_profile, **over):
-    return write_profile(**{**dict(concurrency=[4], requests=20, requests_per_concurrency=0, min_duration_s=300,
-                                   input_tokens=48, output_tokens=16, engine=ENGINE), **over})
+def _start(tmp_path, write_profile) -> tuple[Layerbench, set[str]]:
+    """layerbench running bare vLLM at c=4 for up to 5 minutes, and /dev/shm and /tmp as they were before."""
+    before = shm_and_tmp()
+    profile = write_profile(concurrency=[4], requests=20, requests_per_concurrency=0, min_duration_s=300,
+                            input_tokens=48, output_tokens=16, engine=ENGINE)
+    return Layerbench(["run", "--stack", "vllm", "--profile", str(profile), "--results-dir",
+                       str(tmp_path / "r")], tmp_path), before
 
 
 def test_vllm_killed_mid_level(tmp_path, write_profile):
     results = tmp_path / "r"
-    before = shm_and_tmp()
-    lb = Layerbench(["run", "--stack", "vllm", "--profile", str(_profile(write_profile)), "--results-dir",
-                     str(results)], tmp_path)
+    lb, before = _start(tmp_path, write_profile)
     run = wait_for("the level", phase_is(results, "vllm: c=4"), lb, timeout=600)
     wait_for("measured requests", lambda: sum(r["phase"] == "measure" for r in lines(run / "requests.jsonl")) >= 8,
              lb, timeout=300)
@@ -48,9 +50,7 @@ def test_vllm_killed_mid_level(tmp_path, write_profile):
 
 def test_ctrl_c_while_vllm_starts(tmp_path, write_profile):
     results = tmp_path / "r"
-    before = shm_and_tmp()
-    lb = Layerbench(["run", "--stack", "vllm", "--profile", str(_profile(write_profile)), "--results-dir",
-                     str(results)], tmp_path)
+    lb, before = _start(tmp_path, write_profile)
     run = wait_for("vLLM starting", phase_is(results, "vllm: deploying"), lb, timeout=300)
     log = wait_for("vLLM's log", lambda: next((p for p in (run / "logs").glob("vllm-*.log")
                                                if p.stat().st_size > 2000), None), lb, timeout=300)
