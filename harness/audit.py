@@ -2,31 +2,21 @@
 
 From the scrapes of both deployments: every metric endpoint's HTTP status, its metric families by prefix, and
 for each `vllm:*` family of the baseline whether the stack still exposes it (survives), exposes it under
-another name such as `ray_vllm_*` (survives renamed), or not at all (lost); the key families are flagged.
+the name the stack declares for it, such as `ray_vllm_*` (survives renamed), or not at all (lost); the key
+families are flagged.
 From the live deployment: where the engine's own log went and which ports listen beyond loopback."""
 
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections import Counter
 from pathlib import Path
 
 import psutil
 from pydantic import BaseModel
 
+from harness.vllm_metrics import KEY_FAMILIES, prefix_of, renamed_as
 from stacks.base import Stack
-
-KEY_FAMILIES = {
-    "vllm:kv_cache_usage_perc": "KV cache usage",
-    "vllm:num_preemptions_total": "preemptions",
-    "vllm:num_requests_waiting": "waiting",
-    "vllm:num_requests_running": "running",
-    "vllm:prefix_cache_hits_total": "prefix-cache hits",
-    "vllm:prefix_cache_queries_total": "prefix-cache queries",
-    "vllm:time_to_first_token_seconds": "TTFT histogram",
-    "vllm:inter_token_latency_seconds": "ITL histogram",
-}
 
 
 def is_loopback(ip: str) -> bool:
@@ -75,29 +65,13 @@ class AuditResult(BaseModel):
     notes: list[str]
 
 
-def prefix_of(name: str) -> str:
-    """`vllm:` / `ray_serve_` / `ray_vllm_` / `nv_` ...: the namespace a family belongs to."""
-    if ":" in name:
-        return name.split(":", 1)[0] + ":"
-    parts = name.split("_")
-    if len(parts) > 2 and (parts[0] == "ray" or parts[1] == "vllm"):  # ray_serve_, ray_vllm_, proxy_vllm_
-        return f"{parts[0]}_{parts[1]}_"
-    return parts[0] + "_"
-
-
 def _families(scrapes: list[dict]) -> set[str]:
     return {f for s in scrapes if s["ok"] for f in s["families"] if not f.endswith("_created")}
 
 
-def _renamed(family: str, stack_families: set[str]) -> str | None:
-    """A stack family carrying the same engine metric under another namespace (ray_vllm_x, proxy_vllm_x...)."""
-    base = family.split(":", 1)[1]
-    pattern = re.compile(rf"(^|[_:])vllm[_:]{re.escape(base)}$")
-    candidates = sorted(f for f in stack_families if f != family and pattern.search(f))
-    return candidates[0] if candidates else None
-
-
-def audit_from_scrapes(scrapes: list[dict], live: dict[str, LiveFacts], stack: str) -> AuditResult:
+def audit_from_scrapes(scrapes: list[dict], live: dict[str, LiveFacts], stack: str,
+                       renames: tuple[str, ...] = ()) -> AuditResult:
+    """renames: the prefixes the stack declares it puts in place of `vllm:` (Stack.metric_aliases)."""
     endpoints = []
     by_label: dict[str, list[dict]] = {}
     for s in scrapes:
@@ -113,7 +87,7 @@ def audit_from_scrapes(scrapes: list[dict], live: dict[str, LiveFacts], stack: s
             endpoints.append(EndpointAudit(
                 label=label, name=name, url=ss[0]["url"], status="200" if ok else reasons.most_common(1)[0][0],
                 ok_scrapes=len(ok), gaps=len(ss) - len(ok), families=len(fams),
-                prefixes=dict(Counter(prefix_of(f) for f in fams).most_common()),
+                prefixes=dict(Counter(prefix_of(f, renames) for f in fams).most_common()),
                 vllm_families=sum(f.startswith("vllm:") for f in fams),
             ))
     base_vllm = sorted(f for f in _families(by_label.get("baseline", [])) if f.startswith("vllm:"))
@@ -122,7 +96,7 @@ def audit_from_scrapes(scrapes: list[dict], live: dict[str, LiveFacts], stack: s
     for f in base_vllm:
         if f in stack_fams:
             families.append(FamilyAudit(name=f, status="survives", found_as=f, key=KEY_FAMILIES.get(f)))
-        elif (alias := _renamed(f, stack_fams)) is not None:
+        elif (alias := renamed_as(f, stack_fams, renames)) is not None:
             families.append(FamilyAudit(name=f, status="renamed", found_as=alias, key=KEY_FAMILIES.get(f)))
         else:
             families.append(FamilyAudit(name=f, status="lost", found_as=None, key=KEY_FAMILIES.get(f)))

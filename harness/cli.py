@@ -178,7 +178,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from harness.report import audit_tables
     from harness.results import read_jsonl
 
-    result = audit_from_scrapes(read_jsonl(writer.dir / "scrapes.jsonl"), live, args.stack)
+    result = audit_from_scrapes(read_jsonl(writer.dir / "scrapes.jsonl"), live, args.stack, stack.metric_aliases())
     writer.write_json("audit.json", result.model_dump())
     md = [f"# Observability audit: {args.stack} — {run_id}", ""] + [f"- {n}" for n in result.notes] + [""]
     for name, caption, header, rows in audit_tables(result):

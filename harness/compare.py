@@ -266,7 +266,7 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
         summary.settings_match = not summary.settings_mismatches
     summary.levels = level_deltas(summary.runs.get("baseline"), summary.runs.get("stack"), profile.concurrency)
     scrapes = read_jsonl(writer.dir / "scrapes.jsonl")
-    summary.audit = audit_from_scrapes(scrapes, live, stack.kind)
+    summary.audit = audit_from_scrapes(scrapes, live, stack.kind, stack.metric_aliases())
     summary.status = "failed" if summary.failures else "complete"
     writer.write_json("compare.json", summary.model_dump())
     return summary

@@ -7,11 +7,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel
 
-# Engine metric families and the names a layer re-exports them under (Ray: ray_vllm_*, colon -> underscore).
-GAUGES = {"running": "vllm:num_requests_running", "waiting": "vllm:num_requests_waiting",
-          "kv_cache_usage": "vllm:kv_cache_usage_perc"}
-COUNTERS = {"preemptions": "vllm:num_preemptions_total", "prefix_cache_hits": "vllm:prefix_cache_hits_total",
-            "prefix_cache_queries": "vllm:prefix_cache_queries_total"}
+from harness.vllm_metrics import COUNTERS, GAUGES, aliases
 
 
 class ServerLevelMetrics(BaseModel):
@@ -26,14 +22,9 @@ class ServerLevelMetrics(BaseModel):
     prefix_cache_queries: float | None = None
 
 
-def _aliases(family: str) -> tuple[str, ...]:
-    base = family.split(":", 1)[1]
-    return (family, f"vllm_{base}", f"ray_vllm_{base}", f"ray_vllm:{base}")
-
-
-def _sum_family(samples: dict[str, float], family: str) -> float | None:
-    """Sum one family over its label sets (engines, replicas) under any known alias."""
-    for alias in _aliases(family):
+def _sum_family(samples: dict[str, float], family: str, renames: tuple[str, ...]) -> float | None:
+    """Sum one family over its label sets (engines, replicas), by its own name or the stack's renaming."""
+    for alias in aliases(family, renames):
         prefix = alias + "{"
         vals = [v for k, v in samples.items() if k.startswith(prefix)]
         if vals:
@@ -41,7 +32,8 @@ def _sum_family(samples: dict[str, float], family: str) -> float | None:
     return None
 
 
-def summarise(scrapes: Iterable[dict]) -> ServerLevelMetrics:
+def summarise(scrapes: Iterable[dict], renames: tuple[str, ...] = ()) -> ServerLevelMetrics:
+    """renames: the prefixes the stack puts in place of `vllm:` (Stack.metric_aliases)."""
     out = ServerLevelMetrics()
     firsts: dict[str, float] = {}
     lasts: dict[str, float] = {}
@@ -53,12 +45,12 @@ def summarise(scrapes: Iterable[dict]) -> ServerLevelMetrics:
             continue
         samples = s["samples"]
         for key, fam in GAUGES.items():
-            v = _sum_family(samples, fam)
+            v = _sum_family(samples, fam, renames)
             if v is not None:
                 cur = getattr(out, f"{key}_max")
                 setattr(out, f"{key}_max", v if cur is None else max(cur, v))
         for key, fam in COUNTERS.items():
-            v = _sum_family(samples, fam)
+            v = _sum_family(samples, fam, renames)
             if v is not None:
                 firsts.setdefault(key, v)
                 lasts[key] = v

@@ -152,9 +152,10 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
                     if run.records:
                         records = [RequestRecord.from_json(r) for r in run.records]
                         stats = level_stats(records, c, profile.slo, repeat=rep)
+                        server = summarise(level_scrapes, stack.metric_aliases())
                         summary.add(LevelSummary(stats=stats, client=run.client, process_cpu_s=run.process_cpu_s,
-                                                 window_s=run.window_s, server=summarise(level_scrapes),
-                                                 incomplete=run.aborted, invocation=invocation, sent=run.sent))
+                                                 window_s=run.window_s, server=server, incomplete=run.aborted,
+                                                 invocation=invocation, sent=run.sent))
                     count_scrapes()
                     summary.scrape_ms = Dist.of(scrape_ms)
                     why = run.aborted or stack.dead()

@@ -167,6 +167,11 @@ class Stack(ABC):
     @abstractmethod
     def endpoint(self) -> Endpoint: ...
 
+    def metric_aliases(self) -> tuple[str, ...]:
+        """Prefixes this stack puts in place of `vllm:` when it re-exports the engine's metrics (Ray Serve:
+        `ray_vllm_`); the audit and the per-level summaries read the engine's families under these names."""
+        return ()
+
     def metric_endpoints(self) -> dict[str, str]:
         return {"api": f"{self.endpoint().base_url}/metrics"}
 

@@ -162,6 +162,9 @@ class RayStack(Stack):
     def endpoint(self) -> Endpoint:
         return Endpoint(base_url=f"http://127.0.0.1:{self.port}", model=self.settings.served_model_name)
 
+    def metric_aliases(self) -> tuple[str, ...]:
+        return ("ray_vllm_",)  # Ray's metrics agent: vllm:x -> ray_vllm_x (measured with Ray 2.60)
+
     def metric_endpoints(self) -> dict[str, str]:
         # where a user would look first (the API port) and where Ray actually exports
         return {"api": f"{self.endpoint().base_url}/metrics",

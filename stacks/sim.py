@@ -174,6 +174,11 @@ class SimProxyStack(SimStack):
         assert self.proxy is not None, "deploy() first"
         return Endpoint(base_url=self.proxy.url, model=self.settings.served_model_name)
 
+    def metric_aliases(self) -> tuple[str, ...]:
+        opts = self.settings.options
+        return (str(opts.get("rename_prefix", ProxyConfig.model_fields["rename_prefix"].default)),) \
+            if opts.get("metrics") == "rename" else ()
+
     def metric_endpoints(self) -> dict[str, str]:
         # where a user would look (the layer's port) and the engine's own port behind it
         return {"api": f"{self.endpoint().base_url}/metrics", "engine": f"{self.engine.url}/metrics"}

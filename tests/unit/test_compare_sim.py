@@ -60,8 +60,8 @@ def test_audit_marks_renamed_and_lost(tmp_path, write_profile):
     rc, s, _ = compare(tmp_path, write_profile, "metrics=rename", repeats=1)
     scrapes = [x for x in read_jsonl(next((tmp_path / "results").iterdir()) / "scrapes.jsonl")
                if not (x["label"] == "stack" and x["endpoint"] == "engine")]
-    a = audit_from_scrapes(scrapes, {}, "sim-proxy")
-    assert a.counts == {"renamed": 39}
+    a = audit_from_scrapes(scrapes, {}, "sim-proxy", ("proxy_vllm_",))  # what the stack declares
+    assert a.counts == {"renamed": 39} and s.audit.counts == {"survives": 39}  # the engine port has them all
     by = {fa.name: fa for fa in a.families}
     assert by["vllm:num_preemptions_total"].found_as == "proxy_vllm_num_preemptions_total"
     assert by["vllm:num_preemptions_total"].key == "preemptions"
