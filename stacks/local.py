@@ -1,0 +1,63 @@
+"""The base of every stack whose deployment is one server process group started on this machine (bare vLLM,
+Ray Serve's driver, Triton): it owns the process, `endpoint()`, `dead()`, `processes()`, the files the
+deployment leaves in /tmp and /dev/shm, and a teardown that proves the group is gone and its ports are free.
+An adapter says what to start (`start(cmd, env)` from its `deploy()`) and what else to do at teardown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+import psutil
+
+from stacks.base import DeploySettings, Endpoint, Stack
+from stacks.procs import Leftovers, ManagedProcess, ensure_port_free, free_port, stop_and_verify
+
+
+class LocalServerStack(Stack):
+    server_name: ClassVar[str]  # how messages name it: "vLLM", "Ray Serve"
+    stop_timeout_s: ClassVar[float] = 15.0  # SIGTERM -> SIGKILL, per round
+    leader_grace_s: ClassVar[float] = 0.0  # the group leader alone first (Ray's driver shuts its cluster down)
+
+    def __init__(self, settings: DeploySettings, port: int | None = None):
+        super().__init__(settings)
+        self.port = port or getattr(self.options, "port", None) or free_port()
+        self.log_path = settings.log_dir / f"{self.kind}-{self.port}.log"
+        self.proc: ManagedProcess | None = None
+        self.leftovers = Leftovers()
+
+    def ports(self) -> list[int]:
+        """Every port this deployment listens on: checked free before start, and free again after teardown."""
+        return [self.port]
+
+    def start(self, cmd: list[str], env: dict[str, str], log_path: Path | None = None) -> None:
+        """Start the server in its own process group; called from `deploy()`."""
+        for port in self.ports():
+            ensure_port_free(port)
+        self.log_path = log_path or self.log_path
+        self.proc = ManagedProcess(self.kind, cmd, self.log_path, env=env)
+        self.leftovers.snapshot()
+        self.proc.start()
+
+    def teardown(self) -> None:
+        if self.proc is None:
+            return
+        proc, self.proc = self.proc, None
+        try:
+            stop_and_verify(proc, self.ports(), self.server_name, timeout=self.stop_timeout_s,
+                            leader_grace=self.leader_grace_s)
+        finally:
+            self.leftovers.remove()  # vLLM's /tmp/vllm_dist_* even on a clean shutdown; /dev/shm when killed
+            self.after_teardown()
+
+    def after_teardown(self) -> None:
+        """What the adapter keeps or removes once its processes are gone (Ray: its session logs)."""
+
+    def endpoint(self) -> Endpoint:
+        return Endpoint(base_url=f"http://127.0.0.1:{self.port}", model=self.settings.served_model_name)
+
+    def dead(self) -> str | None:
+        return self.proc.exit_reason() if self.proc is not None else None
+
+    def processes(self) -> dict[str, list[psutil.Process]]:
+        return {self.kind: self.proc.tree()} if self.proc else {}
