@@ -30,10 +30,14 @@ class LocalServerStack(Stack):
         """Every port this deployment listens on: checked free before start, and free again after teardown."""
         return [self.port]
 
-    def start(self, cmd: list[str], env: dict[str, str], log_path: Path | None = None) -> None:
-        """Start the server in its own process group; called from `deploy()`."""
+    def check_ports(self) -> None:
+        """A port held by another process is refused at once, before anything slower is looked at."""
         for port in self.ports():
             ensure_port_free(port)
+
+    def start(self, cmd: list[str], env: dict[str, str], log_path: Path | None = None) -> None:
+        """Start the server in its own process group; called from `deploy()`."""
+        self.check_ports()
         self.log_path = log_path or self.log_path
         self.proc = ManagedProcess(self.kind, cmd, self.log_path, env=env)
         self.leftovers.snapshot()

@@ -81,6 +81,7 @@ class VllmStack(LocalServerStack):
     def deploy(self) -> None:
         if not self.settings.model_path.exists():
             raise LayerbenchError(f"model not found at {self.settings.model_path}: run `make setup`")
+        self.check_ports()
         cmd = [str(engine_python()), "-m", "vllm.entrypoints.openai.api_server", "--model",
                str(self.settings.model_path), "--served-model-name", self.settings.served_model_name,
                "--host", "127.0.0.1", "--port", str(self.port), *engine_args(self.settings)]
