@@ -149,16 +149,21 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
                     level_scrapes = [s for s in scraper.new_scrapes() if s["level"] == c]
                     scrape_ms += [s["dur_ms"] for s in level_scrapes if s.get("dur_ms") is not None]
                     progress.update(task, total=len(run.records), completed=len(run.records))
+                    gone = stack.dead()
+                    # dead after a level whose requests failed to reach it: it died during the level, faster
+                    # than the watch looks (0.25 s); a level whose every request succeeded was whole
+                    cut = gone and any(r["error"] in ("connect", "disconnect") for r in run.records)
+                    incomplete = run.aborted or (f"deployment died: {gone}" if cut else None)
                     if run.records:
                         records = [RequestRecord.from_json(r) for r in run.records]
                         stats = level_stats(records, c, profile.slo, repeat=rep)
                         server = summarise(level_scrapes, stack.metric_aliases())
                         summary.add(LevelSummary(stats=stats, client=run.client, process_cpu_s=run.process_cpu_s,
-                                                 window_s=run.window_s, server=server, incomplete=run.aborted,
+                                                 window_s=run.window_s, server=server, incomplete=incomplete,
                                                  invocation=invocation, sent=run.sent))
                     count_scrapes()
                     summary.scrape_ms = Dist.of(scrape_ms)
-                    why = run.aborted or stack.dead()
+                    why = run.aborted or gone
                     if why:
                         summary.stopped = f"{where}: {why}"
                     _save(writer, summary)
