@@ -80,7 +80,7 @@ class SimStack(Stack):
         e = settings.engine
         flags = ["--model", settings.served_model_name, "--max-model-len", str(e.max_model_len),
                  "--max-num-seqs", str(e.max_num_seqs), *_flags(settings.options, SIM_KEYS)]
-        port = int(settings.options.get("port", 0)) if self.kind == "sim" else None
+        port = self.options.port if self.kind == "sim" else None  # sim-proxy: the port is the proxy's
         self.engine = _LocalServer("sim", "stacks.refengine.server", settings.log_dir, flags, port)
         self._up = False
 
@@ -153,7 +153,7 @@ class SimProxyStack(SimStack):
     def deploy(self) -> None:
         super().deploy()
         flags = ["--upstream-port", str(self.engine.port), *_flags(self.settings.options, PROXY_KEYS)]
-        port = int(self.settings.options.get("port", 0)) or None
+        port = self.options.port
         self.proxy = _LocalServer("sim-proxy", "stacks.refengine.proxy", self.settings.log_dir, flags, port)
         self.proxy.start()
 
