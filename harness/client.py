@@ -275,6 +275,3 @@ async def _read_body(reader: asyncio.StreamReader, chunked: bool, length: int | 
         return b"".join(out)
     return await reader.read(READ_SIZE)
 
-
-# Wire protocols by Endpoint.protocol; Triton's generate_stream client arrives with the Triton stack.
-CLIENTS: dict[str, type[StreamClient]] = {c.protocol: c for c in (StreamClient,)}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.bench.clients import CLIENTS, RUNNERS, TTFT_MS, ClientRun, OtherLoad, rotated, sim_stack
+from harness.bench.clients import CLIENTS, RUNNERS, TRITON, TTFT_MS, ClientRun, OtherLoad, rotated, sim_stack
 from harness.bench.figures import Figure, Invalid, Spread, Verdict, at_least, at_most
 from harness.bench.render import markdown_table, spread, verdict_line
 from harness.bench.section import Context, SectionResult
@@ -24,6 +24,7 @@ BUSY_CORES = 0.25  # other processes using more than this during a run: that rou
 FLOOR_EPS_MS = 0.1  # an excess at or below this is "indistinguishable from the floor": no ratio is taken of it
 METRICS = ("ttft", "itl", "e2e")
 
+ACCURACY_CLIENTS = (*CLIENTS, TRITON)  # every wire protocol of layerbench, each against the same floor
 Runs = dict[tuple[str, int], list[ClientRun]]  # (client, concurrency) -> one run per round, in round order
 
 
@@ -33,7 +34,7 @@ def requests_at(c: int) -> int:
     return max(30, 12 * c)
 
 
-def measure(ctx: Context, levels: tuple[int, ...], rounds: int, clients: tuple[str, ...] = CLIENTS) -> Runs:
+def measure(ctx: Context, levels: tuple[int, ...], rounds: int, clients: tuple[str, ...] = ACCURACY_CLIENTS) -> Runs:
     runs: Runs = {}
     task = ctx.progress.add_task("accuracy", total=len(levels) * len(clients) * rounds)
     with sim_stack(ctx.tmp, ttft_ms=TTFT_MS, itl_ms=ITL_MS) as sim:
@@ -108,15 +109,25 @@ def busy_note(busy: dict[int, float]) -> str:
         + ": those rounds measured contention too" if busy else ""
 
 
+def client_verdicts(runs: Runs, c: int, name: str, busy: str) -> tuple[list[Verdict], Spread, str, dict]:
+    """One of layerbench's clients against the floor's rounds: its p50 and p99 excess targets."""
+    floors = runs[("floor", c)]
+    (x50, basis), (x99, _) = own_excess(runs[(name, c)], floors), own_excess(runs[(name, c)], floors, 99)
+    out = [at_most(f"{name} TTFT p50 excess over the floor at c={c} ≤ {P50_LIMIT_MS} ms", x50, P50_LIMIT_MS),
+           at_most(f"{name} TTFT p99 excess over the floor at c={c} ≤ {P99_LIMIT_MS:.0f} ms", x99, P99_LIMIT_MS)]
+    key = name.replace(" ", "_")
+    return ([Verdict(v.target, v.met, f"{v.detail}; basis: {basis}{busy}") for v in out], x50, basis,
+            {f"{key}_excess_p50_ms": x50.to_json(), f"{key}_excess_p99_ms": x99.to_json()})
+
+
 def verdicts(runs: Runs, c: int) -> tuple[list[Verdict], dict]:
     floors = runs[("floor", c)]
-    (lb50, basis), (lb99, _) = own_excess(runs[("layerbench", c)], floors), own_excess(runs[("layerbench", c)],
-                                                                                        floors, 99)
     busy = busy_note(busy_rounds(runs, c))
-    out = [at_most(f"layerbench TTFT p50 excess over the floor at c={c} ≤ {P50_LIMIT_MS} ms", lb50, P50_LIMIT_MS),
-           at_most(f"layerbench TTFT p99 excess over the floor at c={c} ≤ {P99_LIMIT_MS:.0f} ms", lb99, P99_LIMIT_MS)]
-    out = [Verdict(v.target, v.met, f"{v.detail}; basis: {basis}{busy}") for v in out]
-    data = {"basis": basis, "layerbench_excess_p50_ms": lb50.to_json(), "layerbench_excess_p99_ms": lb99.to_json()}
+    out, lb50, basis, data = client_verdicts(runs, c, "layerbench", busy)
+    data["basis"] = basis
+    if (TRITON, c) in runs:  # the Triton client's own excess, published like the OpenAI client's
+        more, _, _, more_data = client_verdicts(runs, c, TRITON, busy)
+        out, data = out + more, data | more_data
     if ("vllm bench serve", c) in runs:
         # vllm bench serve stamps a request's start before aiohttp builds and writes it: that part of its error is
         # before the server reads the request, so only its TTFT error holds it (with the server's intake noise)
@@ -151,7 +162,8 @@ def rows(runs: Runs) -> list[list[str]]:
                     + spread(Spread.of([r.server["late_first"]["p99_ms"] for r in rs]), "{:.2f}".format),
                     spread(Spread.of([r.other_cores for r in rs]), "{:.2f}".format)  # type: ignore[misc]
                     if all(r.other_cores is not None for r in rs) else "—"])
-    return sorted(out, key=lambda r: (int(r[1]), CLIENTS.index(r[0]) if r[0] in CLIENTS else len(CLIENTS)))
+    order = ACCURACY_CLIENTS
+    return sorted(out, key=lambda r: (int(r[1]), order.index(r[0]) if r[0] in order else len(order)))
 
 
 def markdown(runs: Runs, judged: list[Verdict], rounds: int) -> list[str]:

@@ -1,12 +1,14 @@
-"""The three clients of the harness benchmark, each run as one closed-loop level against the reference engine.
+"""The clients of the harness benchmark, each run as one closed-loop level against the reference engine.
 
 Owns: ClientRun (what one client measured in one run, beside the server's own record of the same requests),
-the runners for layerbench's client, the raw-socket floor (harness/bench/floor.py) and `vllm bench serve`
+the runners for layerbench's clients (OpenAI, and Triton's generate_stream in the accuracy section), the
+raw-socket floor (harness/bench/floor.py) and `vllm bench serve`
 (from the engine environment), the reference-engine deployment they share, and each run's client CPU time."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import resource
 import subprocess
@@ -20,14 +22,15 @@ import numpy as np
 import psutil
 
 from harness.bench.floor import floor_level
-from harness.client import StreamClient
 from harness.errors import LayerbenchError
 from harness.prompts import PromptGenerator, new_run_id
+from harness.protocols import CLIENTS as PROTOCOLS
 from harness.runner import run_level
 from stacks.base import ENGINE_VENV, MODEL_DIR, PROJECT_ROOT, DeploySettings
 from stacks.sim import SimStack
 
 CLIENTS = ("floor", "layerbench", "vllm bench serve")
+TRITON = "layerbench triton"  # layerbench's Triton client against the reference engine's generate_stream
 TTFT_MS = 50.0  # the reference engine's configured time to first token, in every section
 
 
@@ -70,8 +73,8 @@ def own_cpu_s() -> float:
     return me.ru_utime + me.ru_stime
 
 
-def run_layerbench(url: str, c: int, n: int, tokens: int) -> ClientRun:
-    client = StreamClient(url, "tiny", max_tokens=tokens, timeout_s=120)
+def run_layerbench(url: str, c: int, n: int, tokens: int, protocol: str = "openai") -> ClientRun:
+    client = PROTOCOLS[protocol](url, "tiny", max_tokens=tokens, timeout_s=120)
     gen = PromptGenerator(new_run_id("bench"), "bench", 32)
     cpu0 = own_cpu_s()
     run = asyncio.run(run_level(client, gen, c, n, on_measure_start=lambda: reset(url)))
@@ -79,7 +82,8 @@ def run_layerbench(url: str, c: int, n: int, tokens: int) -> ClientRun:
     ok = [r for r in run.records if r["ok"]]
     if len(ok) != len(run.records):
         raise LayerbenchError(f"layerbench client saw {len(run.records) - len(ok)} failures at c={c}")
-    return ClientRun("layerbench", c, [r["ttft_ms"] for r in ok], [r["e2e_ms"] for r in ok],
+    name = TRITON if protocol == "triton" else "layerbench"
+    return ClientRun(name, c, [r["ttft_ms"] for r in ok], [r["e2e_ms"] for r in ok],
                      [g for r in ok for g in np.diff(r["event_ms"])], sum(len(r["event_ms"]) for r in ok),
                      run.window_s, stats(url), cpu, [r["t_start_ns"] + r["ttft_ms"] * 1e6 for r in ok])
 
@@ -151,7 +155,8 @@ def run_vllm_bench(url: str, c: int, n: int, tokens: int) -> ClientRun:
                      [(s + t) * 1e9 for s, t in zip(res.get("start_times") or [], res["ttfts"], strict=False)])
 
 
-RUNNERS = {"layerbench": run_layerbench, "floor": run_floor, "vllm bench serve": run_vllm_bench}
+RUNNERS = {"layerbench": run_layerbench, "floor": run_floor, "vllm bench serve": run_vllm_bench,
+           TRITON: functools.partial(run_layerbench, protocol="triton")}
 
 
 def sim_stack(tmp: Path, cls: type[SimStack] = SimStack, **options) -> SimStack:

@@ -1,4 +1,6 @@
-"""The reference engine: an OpenAI-compatible streaming server whose timing is exactly configurable.
+"""The reference engine: a streaming server whose timing is exactly configurable, speaking OpenAI's
+`/v1/completions` and `/v1/chat/completions` and Triton's `POST /v2/models/<model>/generate_stream` (the
+inputs of NVIDIA's vLLM backend; one SSE event per response with `text_output` and `num_output_tokens`).
 
 - TTFT = ttft_ms + prefill_ms_per_token * prompt_tokens (+ uniform jitter), counted from admission;
   token k is due at first + k * itl_ms: absolute deadlines, so error never accumulates.
@@ -112,7 +114,9 @@ class Engine:
                 xs.clear()
             await resp.send_json(200, {"reset": True})
         elif req.method == "POST" and req.path in ("/v1/completions", "/v1/chat/completions"):
-            await self.generate(req, resp, chat=req.path.endswith("chat/completions"))
+            await self.generate(req, resp, "chat" if req.path.endswith("chat/completions") else "completions")
+        elif req.method == "POST" and req.path == f"/v2/models/{self.cfg.model}/generate_stream":
+            await self.generate(req, resp, "triton")
         else:
             await resp.send_json(404, {"error": {"message": f"no route {req.method} {req.path}", "code": 404}})
 
@@ -143,11 +147,15 @@ class Engine:
                 "requests": self.counter, "first_sent_ns": self.first_sent_ns}
 
     # ---- generation ----
-    async def generate(self, req: Request, resp: Responder, chat: bool) -> None:
+    async def generate(self, req: Request, resp: Responder, protocol: str) -> None:
         t_arrival = time.perf_counter_ns()
+        chat = protocol == "chat"
         try:
             body = req.json()
-        except ValueError:
+            if protocol == "triton":  # Triton: the model is in the path; sampling parameters are a JSON string
+                body = {**json.loads(body.get("sampling_parameters") or "{}"), "prompt": body.get("text_input", ""),
+                        "model": self.cfg.model, "protocol": "triton"}
+        except (ValueError, AttributeError, TypeError):
             await resp.send_json(400, {"error": {"message": "body is not JSON", "code": 400}})
             return
         if body.get("model") != self.cfg.model:
@@ -168,6 +176,7 @@ class Engine:
         prompt_tokens = max(1, len(prompt) // 4)
         max_tokens = int(body.get("max_tokens") or 16)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        triton = body.get("protocol") == "triton"
         if self.cfg.die_after and self.counter >= self.cfg.die_after:
             os.killpg(os.getpgid(0), signal.SIGKILL)  # like an OOM kill of the whole engine: no goodbye
         self.counter += 1
@@ -188,7 +197,7 @@ class Engine:
             self._publish()
             try:
                 await self._stream(resp, rid, chat, t_arrival, t_admit, prompt_tokens, max_tokens, jitter,
-                                   include_usage, cut)
+                                   include_usage, cut, triton)
             finally:
                 self.running -= 1
                 self.kv_tokens -= kv
@@ -198,7 +207,14 @@ class Engine:
         self.metrics.set_state(self.running, self.waiting, self.kv_tokens)
 
     def _event(self, rid: str, chat: bool, text: str | None, finish: str | None = None,
-               usage: dict | None = None) -> bytes:
+               usage: dict | None = None, triton: tuple[int, int] | None = None) -> bytes:
+        """One SSE event; triton: (output tokens in this response, prompt tokens or 0) in Triton's format."""
+        if triton is not None:
+            obj: dict = {"model_name": self.cfg.model, "model_version": "1", "text_output": text or "",
+                         "num_output_tokens": triton[0]}
+            if triton[1]:
+                obj["num_input_tokens"] = triton[1]
+            return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
         created = int(time.time())
         if usage is not None:
             choices: list = []
@@ -214,7 +230,8 @@ class Engine:
         return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
     async def _stream(self, resp: Responder, rid: str, chat: bool, t_arrival: int, t_admit: int,
-                      prompt_tokens: int, max_tokens: int, jitter_ms: float, include_usage: bool, cut: bool) -> None:
+                      prompt_tokens: int, max_tokens: int, jitter_ms: float, include_usage: bool, cut: bool,
+                      triton: bool = False) -> None:
         cfg = self.cfg
         clock = time.perf_counter_ns
         ttft_ns = int((cfg.ttft_ms + cfg.prefill_ms_per_token * prompt_tokens + jitter_ms) * 1e6)
@@ -236,7 +253,8 @@ class Engine:
                 resp.abort()
                 return
             sent += n
-            resp.chunk(self._event(rid, chat, "tok " * n, "length" if sent == max_tokens else None))
+            resp.chunk(self._event(rid, chat, "tok " * n, "length" if sent == max_tokens else None,
+                                   triton=(n, prompt_tokens if j == 0 else 0) if triton else None))
             now = clock()
             self.late_event_ns.append(now - due)
             if j == 0:
@@ -250,11 +268,12 @@ class Engine:
             self.metrics.on_token(n, None if prev_sent_ns is None else (now - prev_sent_ns) / 1e9)
             prev_sent_ns = now
             await resp.writer.drain()
-        if include_usage:
+        if include_usage and not triton:
             resp.chunk(self._event(rid, chat, None, usage={"prompt_tokens": prompt_tokens,
                                                            "completion_tokens": max_tokens,
                                                            "total_tokens": prompt_tokens + max_tokens}))
-        resp.chunk(b"data: [DONE]\n\n")
+        if not triton:  # Triton's stream ends with the model's final response, without a marker
+            resp.chunk(b"data: [DONE]\n\n")
         await resp.end_stream()
         end = clock()
         self.e2e_ns.append(end - t_arrival)
