@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 from pydantic import BaseModel
 
-from harness.vllm_metrics import KEY_FAMILIES, prefix_of, renamed_as
+from harness.vllm_metrics import ENGINE_PREFIX, KEY_FAMILIES, prefix_of, renamed_as
 from stacks.base import Stack
 
 
@@ -63,6 +63,7 @@ class AuditResult(BaseModel):
     counts: dict[str, int]
     live: dict[str, LiveFacts]
     notes: list[str]
+    layer_families: dict[str, list[str]] = {}  # stack endpoint -> families the baseline does not have (nv_*, ray_*)
 
 
 def _families(scrapes: list[dict]) -> set[str]:
@@ -70,8 +71,9 @@ def _families(scrapes: list[dict]) -> set[str]:
 
 
 def audit_from_scrapes(scrapes: list[dict], live: dict[str, LiveFacts], stack: str,
-                       renames: tuple[str, ...] = ()) -> AuditResult:
-    """renames: the prefixes the stack declares it puts in place of `vllm:` (Stack.metric_aliases)."""
+                       renames: tuple[str, ...] = (), note: str | None = None) -> AuditResult:
+    """renames: the prefixes the stack declares it puts in place of `vllm:` (Stack.metric_aliases); note: the
+    stack's sentence on the setting that decides its engine metrics (Stack.observability_note)."""
     endpoints = []
     by_label: dict[str, list[dict]] = {}
     for s in scrapes:
@@ -101,7 +103,13 @@ def audit_from_scrapes(scrapes: list[dict], live: dict[str, LiveFacts], stack: s
         else:
             families.append(FamilyAudit(name=f, status="lost", found_as=None, key=KEY_FAMILIES.get(f)))
     counts = dict(Counter(fa.status for fa in families))
-    notes = []
+    base_all = _families(by_label.get("baseline", []))
+    engine_ns = (ENGINE_PREFIX, *renames)
+    layer_families = {}
+    for ep in (e for e in endpoints if e.label == "stack"):
+        own = _families([s for s in by_label.get("stack", []) if s["endpoint"] == ep.name])
+        layer_families[ep.name] = sorted(f for f in own - base_all if prefix_of(f, renames) not in engine_ns)
+    notes = [note] if note else []
     if not base_vllm:
         notes.append("the baseline exposed no vllm:* family: nothing to compare against")
     lost_keys = [fa.key for fa in families if fa.key and fa.status == "lost"]
@@ -113,7 +121,8 @@ def audit_from_scrapes(scrapes: list[dict], live: dict[str, LiveFacts], stack: s
             shown = ", ".join(facts.non_loopback[:4]) + (", ..." if len(facts.non_loopback) > 4 else "")
             notes.append(f"{lbl}: {len(facts.non_loopback)} ports listen beyond loopback although the deployment was "
                          f"asked for 127.0.0.1: {shown}")
-    return AuditResult(stack=stack, endpoints=endpoints, families=families, counts=counts, live=live, notes=notes)
+    return AuditResult(stack=stack, endpoints=endpoints, families=families, counts=counts, live=live, notes=notes,
+                       layer_families=layer_families)
 
 
 def refresh_logs(facts: LiveFacts, stack: Stack) -> None:

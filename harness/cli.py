@@ -103,7 +103,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from harness.compare import latest_aa, observer_effect, run_compare
     from harness.report import REPORTS_DIR, write_report
     from harness.resume import plan_resume
-    from harness.session import deploy_and_measure, place
+    from harness.session import place
     from stacks.base import get_stack
 
     results = Path(args.results_dir)
@@ -131,9 +131,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     summary = None
     with recorded(writer) as outcome:
-        summary = run_compare(stack, profile, writer, console, repeats, allow_mismatch,
-                              lambda target, label, prior: deploy_and_measure(
-                                  target, profile, writer, label, console, repeats, prior, invocation), plan)
+        summary = run_compare(stack, profile, writer, console, repeats, allow_mismatch, plan)
         if summary.failures:  # the stack died: what it measured is kept and reported
             outcome.reason = "; ".join(f"{k}: {v.splitlines()[0]}" for k, v in summary.failures.items())
     if summary is None:
@@ -151,10 +149,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    """Deploy baseline and stack briefly, send a few requests so request-driven families appear, scrape every
-    metric endpoint, and audit what survives; no throughput is measured."""
-    from harness.audit import audit_from_scrapes, live_facts, refresh_logs
-    from harness.session import deploy_and_measure, place
+    """Deploy baseline and stack briefly (and the stack's other shapes, such as Triton with its engine metrics
+    on), send a few requests so request-driven families appear, scrape every metric endpoint, and audit what
+    survives; no throughput is measured."""
+    from harness.audit import audit_from_scrapes
+    from harness.report import audit_markdown
+    from harness.results import read_jsonl
+    from harness.session import baseline_then_stack, place, sides
     from stacks.base import get_stack
 
     profile = load_profile(args.profile or "quick").model_copy(update={
@@ -165,24 +166,22 @@ def cmd_audit(args: argparse.Namespace) -> int:
     stack = stack_cls(_settings(args, profile, Path(args.results_dir) / run_id / "logs"))  # validates options
     writer = RunWriter(run_id, Path(args.results_dir), meta={"command": "audit", "stack": args.stack,
                                                             "placement": place(profile), "pid": os.getpid()})
-    live = {}
+    targets = sides(stack) + stack.audit_shapes()
     with recorded(writer) as outcome:
-        for label, target in (("baseline", stack.baseline() or stack), ("stack", stack)):
-            with target:
-                deploy_and_measure(target, profile, writer, label, console, 1)
-                live[label] = live_facts(target)
-            refresh_logs(live[label], target)
+        measured = baseline_then_stack(targets, profile, writer, console, 1)
+        if measured.failures:
+            outcome.reason = "; ".join(f"{k}: {v.splitlines()[0]}" for k, v in measured.failures.items())
     if outcome.status != "complete":
         return outcome.exit_code(writer)
-    from harness.output import markdown_table
-    from harness.report import audit_tables
-    from harness.results import read_jsonl
-
-    result = audit_from_scrapes(read_jsonl(writer.dir / "scrapes.jsonl"), live, args.stack, stack.metric_aliases())
-    writer.write_json("audit.json", result.model_dump())
-    md = [f"# Observability audit: {args.stack} — {run_id}", ""] + [f"- {n}" for n in result.notes] + [""]
-    for name, caption, header, rows in audit_tables(result):
-        md += [f"## {name}", "", *([caption, ""] if caption else []), markdown_table(header, rows), ""]
+    scrapes = read_jsonl(writer.dir / "scrapes.jsonl")
+    md = [f"# Observability audit: {args.stack} — {run_id}", ""]
+    for label, target in targets[1:]:  # each shape of the stack against the same baseline
+        mine = [{**s, "label": "stack"} if s.get("label") == label else s for s in scrapes
+                if s.get("label") in ("baseline", label)]
+        result = audit_from_scrapes(mine, {"baseline": measured.live["baseline"], "stack": measured.live[label]},
+                                    args.stack, target.metric_aliases(), target.observability_note())
+        writer.write_json("audit.json" if label == "stack" else f"audit-{label}.json", result.model_dump())
+        md += audit_markdown(result, None if len(targets) == 2 else label)
     (writer.dir / "audit.md").write_text("\n".join(md))
     console.print("\n".join(md), markup=False, highlight=False)
     console.print(f"audit: {writer.dir}/audit.md")

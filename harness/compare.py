@@ -14,14 +14,15 @@ import numpy as np
 from pydantic import BaseModel
 from rich.console import Console
 
-from harness.audit import AuditResult, LiveFacts, audit_from_scrapes, live_facts, refresh_logs
+from harness.audit import AuditResult, audit_from_scrapes
 from harness.errors import LayerbenchError
 from harness.noise import DeltaInterval, delta_interval
 from harness.profile import LoadProfile
 from harness.results import RunWriter, read_jsonl
 from harness.resume import ResumePlan, ResumeRefused
+from harness.session import Sides, baseline_then_stack, sides
 from harness.steady import likely_cause
-from harness.sweep import LevelSummary, RunSummary, summary_file
+from harness.sweep import LevelSummary, RunSummary
 from stacks.base import AppliedConfig, Stack
 
 
@@ -209,13 +210,12 @@ def check_versions(baseline: Stack, stack: Stack, allow_mismatch: bool) -> dict[
 
 
 def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: Console, repeats: int,
-                allow_mismatch: bool, measure_fn, plan: ResumePlan | None = None) -> CompareSummary:
-    """measure_fn(stack, label, prior) deploys, waits, sweeps and returns a RunSummary
-    (harness.session.deploy_and_measure). plan: a resumed compare; a side it measured completely is not
-    deployed again, the other continues after its last complete level."""
-    baseline = stack.baseline()
-    if baseline is None:
-        raise LayerbenchError(f"stack {stack.kind} names no baseline")
+                allow_mismatch: bool, plan: ResumePlan | None = None) -> CompareSummary:
+    """The baseline, then the stack (harness.session.baseline_then_stack), and the deltas between them.
+    plan: a resumed compare; a side it measured completely is not deployed again, the other continues after
+    its last complete level."""
+    targets = sides(stack)
+    baseline = targets[0][1]
     versions = check_versions(baseline, stack, allow_mismatch)
     for label, run in (plan.prior.items() if plan else ()):  # before anything is deployed again
         if versions[label] != run.engine_version:
@@ -228,36 +228,17 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
         applied={}, settings_match=False, settings_mismatches=[], options=dict(stack.settings.options),
         scrape_policy=profile.scrape, invocations=(plan.invocation if plan else 0) + 1,
     )
-    live: dict[str, LiveFacts] = {}
-    for label, target in (("baseline", baseline), ("stack", stack)):
-        prior = plan.prior.get(label) if plan else None
-        if plan and plan.side_done(label) and prior is not None:
-            console.print(f"{label} {target.kind}: every level was measured before; not deployed again")
-            prior.status = "complete"  # its folder was marked with the interrupted invocation's status
-            summary.runs[label], summary.applied[label] = prior, prior.applied
-            summary.versions[label] = prior.engine_version
-            continue
-        try:
-            with target:
-                run = measure_fn(target, label, prior)
-                summary.runs[label] = run
+
+    def keep(measured: Sides) -> None:
+        summary.runs, summary.failures = dict(measured.runs), dict(measured.failures)
+        for label, run in measured.runs.items():
+            if label not in measured.failures:
                 summary.applied[label] = run.applied
                 summary.versions[label] = run.engine_version  # the live answer beats the declared one
-                live[label] = live_facts(target)
-            refresh_logs(live[label], target)
-        except ResumeRefused:
-            raise
-        except LayerbenchError as e:
-            summary.failures[label] = str(e)
-            if label == "baseline":  # nothing to compare against: the layer is not deployed
-                summary.status = "failed"
-                raise LayerbenchError(f"baseline {baseline.kind} failed: {e}") from None
-            console.print(f"[red]{label} {target.kind} failed:[/] {e}")
-        finally:
-            partial = writer.dir / summary_file(label, target.kind)
-            if label not in summary.runs and partial.exists():  # died mid-run: keep what was measured
-                summary.runs[label] = RunSummary.model_validate_json(partial.read_text())
-            writer.write_json("compare.json", summary.model_dump())
+        summary.status = "failed" if "baseline" in measured.failures else summary.status
+        writer.write_json("compare.json", summary.model_dump())
+
+    measured = baseline_then_stack(targets, profile, writer, console, repeats, plan, after_side=keep)
     summary.version_match = summary.versions["baseline"] == summary.versions["stack"]
     if not summary.version_match and not allow_mismatch:
         summary.failures["versions"] = f"live versions differ: {summary.versions}"
@@ -266,7 +247,8 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
         summary.settings_match = not summary.settings_mismatches
     summary.levels = level_deltas(summary.runs.get("baseline"), summary.runs.get("stack"), profile.concurrency)
     scrapes = read_jsonl(writer.dir / "scrapes.jsonl")
-    summary.audit = audit_from_scrapes(scrapes, live, stack.kind, stack.metric_aliases())
+    summary.audit = audit_from_scrapes(scrapes, measured.live, stack.kind, stack.metric_aliases(),
+                                       stack.observability_note())
     summary.status = "failed" if summary.failures else "complete"
     writer.write_json("compare.json", summary.model_dump())
     return summary

@@ -62,6 +62,7 @@ def tables(s: CompareSummary) -> list[tuple[str, str, list[str], list[list[str]]
                 [[str(lv.concurrency), fmt(lv.baseline_ttft_p95_ms), _pct(lv.baseline_goodput),
                   fmt(lv.baseline_good_rps, "{:.2f}"), fmt(lv.stack_ttft_p95_ms), _pct(lv.stack_goodput),
                   fmt(lv.stack_good_rps, "{:.2f}")] for lv in s.levels]))
+    out += layer_table(s)
     steady = [[str(lv.concurrency), side, "; ".join(getattr(lv, f"{key}_not_steady")) or "steady",
                "; ".join(getattr(lv, f"{key}_modes")) or "—"]
               for lv in s.levels for side, key in ((b, "baseline"), (st, "stack"))
@@ -75,6 +76,22 @@ def tables(s: CompareSummary) -> list[tuple[str, str, list[str], list[list[str]]
                 "level are summed as 'other'.", ["deployment", "process", *[f"c={lv.concurrency}" for lv in s.levels]],
                 rows))
     return out + (audit_tables(s.audit) if s.audit else [])
+
+
+def layer_table(s: CompareSummary) -> list[tuple[str, str, list[str], list[list[str]]]]:
+    """The layer's own figures per level (mean over repeats), from the metrics its stack declares."""
+    run = s.runs.get("stack")
+    if run is None or not run.layer_notes:
+        return []
+    keys = list(run.layer_notes)
+    rows = []
+    for c in sorted({lv.stats.concurrency for lv in run.levels}):
+        here = [lv.server.layer for lv in run.levels if lv.stats.concurrency == c and lv.incomplete is None]
+        vals = [[x[k] for x in here if k in x] for k in keys]
+        rows.append([str(c), *[fmt(sum(v) / len(v)) if v else "—" for v in vals]])
+    caption = " ".join(f"{k}: {note}." for k, note in run.layer_notes.items())
+    return [(f"The layer's own metrics ({s.stack})", caption + " Mean over repeats; from the scrapes at each "
+             "window's start and end.", ["c", *keys], rows)]
 
 
 MINOR_CORES = 0.05
@@ -116,6 +133,7 @@ def audit_tables(a: AuditResult) -> list[tuple[str, str, list[str], list[list[st
     live = [[lbl, "; ".join(f"{k}: {v}" + ("" if f.logs_exist.get(k) else " (missing)") for k, v in f.logs.items())
              or "—", str(len(f.listening) - len(f.non_loopback)), ", ".join(f.non_loopback) or "none"]
             for lbl, f in a.live.items()]
+    own = [[name, str(len(fams)), ", ".join(fams)] for name, fams in a.layer_families.items() if fams]
     return [
         ("Observability: metric endpoints", "",
          ["deployment", "endpoint", "url", "HTTP", "families", "vllm:*", "prefixes"], endpoints),
@@ -124,7 +142,20 @@ def audit_tables(a: AuditResult) -> list[tuple[str, str, list[str], list[list[st
          ["family", "status", "found as", "key family"], families),
         ("Observability: logs and listening ports", "",
          ["deployment", "logs", "ports on loopback", "ports beyond loopback (0.0.0.0, ::, host address)"], live),
+        *([("Observability: the layer's own families", "Families on the stack's endpoints that the bare vLLM "
+            "baseline does not have and that are not the engine's.", ["endpoint", "families", "names"], own)]
+          if own else []),
     ]
+
+
+def audit_markdown(a: AuditResult, heading: str | None = None) -> list[str]:
+    """The audit as Markdown lines; heading: which shape of the stack, when the audit covers several."""
+    md = [f"## {heading}", ""] if heading else []
+    md += [f"- {n}" for n in a.notes] + [""]
+    for name, caption, header, rows in audit_tables(a):
+        md += [f"### {name}" if heading else f"## {name}", "", *([caption, ""] if caption else []),
+               markdown_table(header, rows), ""]
+    return md
 
 
 def plots(s: CompareSummary, out: Path) -> list[str]:
@@ -202,7 +233,9 @@ def _headline(s: CompareSummary) -> list[str]:
     for label, run in s.runs.items():
         if run.scrape_gaps:
             lines.append(f"- metric scrape gaps ({label}): {run.scrape_gaps} of {run.scrapes} scrapes failed: "
-                         + ", ".join(f"{k} {v}" for k, v in run.scrape_gap_reasons.items()))
+                         + ", ".join(f"{k} {v}" for k, v in run.scrape_gap_reasons.items())
+                         + (" (404: an endpoint without /metrics, see the audit's endpoint table)"
+                            if "http 404" in run.scrape_gap_reasons else ""))
         if run.exposed_ports:
             lines.append(f"- **{label} listens beyond loopback**: {', '.join(run.exposed_ports)}")
     lines.append(f"- metric scraping: {scrape_policy_text(s.scrape_policy)}, the same for both deployments"

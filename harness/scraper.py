@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from harness.errors import LayerbenchError
 
 # Only summary samples are kept per scrape; histogram buckets would make scrapes.jsonl huge.
 _SKIP_SUFFIXES = ("_bucket", "_created")
+_COUNTER_TYPE = re.compile(r"^# TYPE (\S+) counter\s*$", re.M)
 
 
 @dataclass
@@ -52,16 +54,20 @@ def parse_metrics(text: str) -> tuple[dict[str, str], dict[str, float]]:
     """Raises ValueError, and only ValueError, on text that is not Prometheus exposition format."""
     families: dict[str, str] = {}
     samples: dict[str, float] = {}
+    bare_counters = {n for n in _COUNTER_TYPE.findall(text) if not n.endswith("_total")}
     try:
         for fam in text_string_to_metric_families(text):
-            # the parser drops a counter's _total; keep the exposed name (vllm:num_preemptions_total)
-            name = f"{fam.name}_total" if fam.type == "counter" and not fam.name.endswith("_total") else fam.name
+            # the parser drops a counter family's _total and adds it to every sample: keep the names as exposed,
+            # with _total (vllm:num_preemptions_total) or without (Triton's nv_inference_count)
+            bare = fam.type == "counter" and fam.name in bare_counters
+            name = f"{fam.name}_total" if fam.type == "counter" and not bare else fam.name
             families[name] = fam.type
             for s in fam.samples:
                 if s.name.endswith(_SKIP_SUFFIXES):
                     continue
                 labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
-                samples[f"{s.name}{{{labels}}}"] = float(s.value)
+                sample = fam.name if bare and s.name == f"{fam.name}_total" else s.name
+                samples[f"{sample}{{{labels}}}"] = float(s.value)
     except ValueError:
         raise
     except Exception as e:

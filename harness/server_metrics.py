@@ -1,9 +1,12 @@
-"""Per-level summaries of the scraped server metrics: what the engine itself saw during a level
-(seed 000's sampling method): running / waiting peaks, KV-cache usage, preemptions, prefix-cache hits."""
+"""Per-level summaries of the scraped server metrics: what the engine itself saw during a level (gauges by
+their peak, counters by their delta over the level): running / waiting peaks, KV-cache usage, preemptions,
+prefix-cache hits; and the layer's own figures that its stack declares (`LayerMetric`), such as Triton's
+queue time per request."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Literal
 
 from pydantic import BaseModel
 
@@ -20,6 +23,18 @@ class ServerLevelMetrics(BaseModel):
     preemptions: float | None = None  # counter deltas over the level
     prefix_cache_hits: float | None = None
     prefix_cache_queries: float | None = None
+    layer: dict[str, float] = {}  # LayerMetric.key -> value over the level
+
+
+class LayerMetric(BaseModel):
+    """One figure of the layer's own metrics, summarised per level: a gauge's peak, a counter's delta, or a
+    counter's delta per request (the delta of `per`)."""
+
+    key: str  # the report's column
+    family: str
+    how: Literal["peak", "delta", "per"] = "delta"
+    per: str | None = None  # with how="per": the counter that counts what the delta is divided by
+    note: str = ""  # what a reader must know about it
 
 
 def _sum_family(samples: dict[str, float], family: str, renames: tuple[str, ...]) -> float | None:
@@ -32,11 +47,15 @@ def _sum_family(samples: dict[str, float], family: str, renames: tuple[str, ...]
     return None
 
 
-def summarise(scrapes: Iterable[dict], renames: tuple[str, ...] = ()) -> ServerLevelMetrics:
-    """renames: the prefixes the stack puts in place of `vllm:` (Stack.metric_aliases)."""
+def summarise(scrapes: Iterable[dict], renames: tuple[str, ...] = (),
+              layer: tuple[LayerMetric, ...] = ()) -> ServerLevelMetrics:
+    """renames: the prefixes the stack puts in place of `vllm:` (Stack.metric_aliases); layer: the layer's own
+    figures its stack declares (Stack.layer_metrics)."""
     out = ServerLevelMetrics()
     firsts: dict[str, float] = {}
     lasts: dict[str, float] = {}
+    peaks: dict[str, float] = {}
+    counters = {**COUNTERS, **{f"layer:{f}": f for m in layer for f in (m.family, m.per) if f and m.how != "peak"}}
     for s in scrapes:
         out.scrapes += 1
         if not s["ok"]:
@@ -49,12 +68,24 @@ def summarise(scrapes: Iterable[dict], renames: tuple[str, ...] = ()) -> ServerL
             if v is not None:
                 cur = getattr(out, f"{key}_max")
                 setattr(out, f"{key}_max", v if cur is None else max(cur, v))
-        for key, fam in COUNTERS.items():
+        for key, fam in counters.items():
             v = _sum_family(samples, fam, renames)
             if v is not None:
                 firsts.setdefault(key, v)
                 lasts[key] = v
+        for m in layer:
+            if m.how == "peak" and (v := _sum_family(samples, m.family, ())) is not None:
+                peaks[m.key] = max(peaks.get(m.key, v), v)
+    delta = {key: lasts[key] - firsts[key] for key in lasts}
     for key in COUNTERS:
-        if key in lasts:
-            setattr(out, key, lasts[key] - firsts[key])
+        if key in delta:
+            setattr(out, key, delta[key])
+    for m in layer:
+        d = delta.get(f"layer:{m.family}")
+        if m.how == "peak" and m.key in peaks:
+            out.layer[m.key] = peaks[m.key]
+        elif m.how == "delta" and d is not None:
+            out.layer[m.key] = d
+        elif m.how == "per" and d is not None and (n := delta.get(f"layer:{m.per}")):
+            out.layer[m.key] = d / n
     return out

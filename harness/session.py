@@ -1,14 +1,20 @@
 """One deployment's session: place the client, deploy, wait, verify, warn about ports beyond loopback, sweep.
-`run`, `compare` (both sides), `audit` and `compare --resume` all go through `deploy_and_measure`."""
+`run` goes through `deploy_and_measure`; `compare`, `audit` and `compare --resume` through
+`baseline_then_stack`, which runs it for each side in turn."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
 from rich.console import Console
 
+from harness.audit import LiveFacts, live_facts, refresh_logs
+from harness.errors import LayerbenchError
 from harness.profile import LoadProfile
 from harness.results import RunWriter
-from harness.resume import ResumeRefused
-from harness.sweep import RunSummary, measure
+from harness.resume import ResumePlan, ResumeRefused
+from harness.sweep import RunSummary, measure, summary_file
 from stacks.base import Stack
 
 
@@ -22,8 +28,6 @@ def place(profile: LoadProfile) -> dict:
 
 def exposure(stack: Stack) -> list[str]:
     """Listening sockets of the deployment beyond 127.0.0.1 / ::1, as 'address:port (process)'."""
-    from harness.audit import live_facts
-
     return live_facts(stack).non_loopback
 
 
@@ -42,7 +46,8 @@ def deploy_and_measure(stack: Stack, profile: LoadProfile, writer: RunWriter, la
                       f"{', '.join(open_ports)}" + (f". {stack.exposure_hint}" if stack.exposure_hint else ""))
     summary = RunSummary(run_id=writer.run_id, label=label, stack=stack.kind,
                          engine_version=stack.engine_version(), applied=stack.verify_config(),
-                         profile=profile.name, exposed_ports=open_ports)
+                         profile=profile.name, exposed_ports=open_ports,
+                         layer_notes={m.key: m.note for m in stack.layer_metrics()})
     skip: frozenset[tuple[int, int]] = frozenset()
     if prior is not None:
         changed = [f"{what}: was {a}, now {b}" for what, a, b in (
@@ -62,3 +67,62 @@ def deploy_and_measure(stack: Stack, profile: LoadProfile, writer: RunWriter, la
         "logs": {k: str(v) for k, v in stack.log_locations().items()}}}
     writer.write_meta(deployments=deployments)
     return measure(stack, profile, writer, summary, console, repeats, skip=skip, invocation=invocation)
+
+
+@dataclass
+class Sides:
+    """What `baseline_then_stack` measured: per side label, its run summary and live facts, or why it failed."""
+
+    runs: dict[str, RunSummary] = field(default_factory=dict)
+    live: dict[str, LiveFacts] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+    reused: set[str] = field(default_factory=set)  # sides a resumed compare had measured completely before
+
+
+def sides(stack: Stack) -> list[tuple[str, Stack]]:
+    """The stack's version-matched baseline first, then the stack."""
+    baseline = stack.baseline()
+    if baseline is None:
+        raise LayerbenchError(f"stack {stack.kind} names no baseline")
+    return [("baseline", baseline), ("stack", stack)]
+
+
+def baseline_then_stack(targets: list[tuple[str, Stack]], profile: LoadProfile, writer: RunWriter,
+                        console: Console, repeats: int, plan: ResumePlan | None = None,
+                        after_side: Callable[[Sides], None] | None = None) -> Sides:
+    """Deploy, measure and tear down each target in turn (`sides(stack)`, and for an audit the stack's other
+    shapes after it): one at a time, the first torn down and verified gone before the next starts, as on a
+    host with one accelerator. A baseline that fails stops everything (nothing to compare against); a later
+    side that fails is recorded, with what it measured before, and the next side still runs.
+    plan: a resumed compare; a side it measured completely is not deployed again. after_side: called after
+    each side, so the caller can write what it has."""
+    out = Sides()
+    invocation = plan.invocation if plan else 0
+    for label, target in targets:
+        prior = plan.prior.get(label) if plan else None
+        if plan and prior is not None and plan.side_done(label):
+            console.print(f"{label} {target.kind}: every level was measured before; not deployed again")
+            prior.status = "complete"  # its folder was marked with the interrupted invocation's status
+            out.runs[label] = prior
+            out.reused.add(label)
+            continue
+        try:
+            with target:
+                out.runs[label] = deploy_and_measure(target, profile, writer, label, console, repeats, prior,
+                                                     invocation)
+                out.live[label] = live_facts(target)
+            refresh_logs(out.live[label], target)
+        except ResumeRefused:
+            raise
+        except LayerbenchError as e:
+            out.failures[label] = str(e)
+            if label == "baseline":
+                raise LayerbenchError(f"baseline {target.kind} failed: {e}") from None
+            console.print(f"[red]{label} {target.kind} failed:[/] {e}")
+        finally:
+            partial = writer.dir / summary_file(label, target.kind)
+            if label not in out.runs and partial.exists():  # died mid-run: keep what was measured
+                out.runs[label] = RunSummary.model_validate_json(partial.read_text())
+            if after_side is not None:
+                after_side(out)
+    return out

@@ -11,10 +11,11 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from harness.client import CLIENTS, RequestRecord
+from harness.client import RequestRecord
 from harness.errors import LayerbenchError
 from harness.profile import LoadProfile
 from harness.prompts import PromptGenerator
+from harness.protocols import CLIENTS
 from harness.results import RunWriter
 from harness.runner import ClientHealth, run_level, warm
 from harness.scraper import Scraper
@@ -58,6 +59,7 @@ class RunSummary(BaseModel):
     cores: dict[str, ProcessCores] = {}  # process label -> allowed cores and where its threads ran
     engine_binding: list[str] = []  # the engine's thread binding, from its startup log
     sampler_cpu_pct: float | None = None  # the core sampler's own CPU, % of one core
+    layer_notes: dict[str, str] = {}  # the stack's own per-level figures (LevelSummary.server.layer): what each is
 
     def add(self, lv: LevelSummary) -> None:
         """Append a measured level and note its troubles by concurrency."""
@@ -157,7 +159,7 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
                     if run.records:
                         records = [RequestRecord.from_json(r) for r in run.records]
                         stats = level_stats(records, c, profile.slo, repeat=rep)
-                        server = summarise(level_scrapes, stack.metric_aliases())
+                        server = summarise(level_scrapes, stack.metric_aliases(), stack.layer_metrics())
                         summary.add(LevelSummary(stats=stats, client=run.client, process_cpu_s=run.process_cpu_s,
                                                  window_s=run.window_s, server=server, incomplete=incomplete,
                                                  invocation=invocation, sent=run.sent))

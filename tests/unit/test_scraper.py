@@ -94,3 +94,15 @@ def test_level_tag_follows_the_runner(tmp_path):
     finally:
         srv.close()
     assert tagged and tagged[0]["ok"]
+
+
+def test_counter_names_are_kept_as_exposed():
+    """vLLM's counters end in _total (the parser drops it: it is put back); Triton's do not (none is invented)."""
+    from harness.scraper import parse_metrics
+
+    text = ("# TYPE vllm:num_preemptions_total counter\nvllm:num_preemptions_total{engine=\"0\"} 2.0\n"
+            "# TYPE vllm:request_success_total counter\n"
+            "# TYPE nv_inference_count counter\nnv_inference_count{model=\"tiny\",version=\"1\"} 7\n")
+    families, samples = parse_metrics(text)
+    assert set(families) == {"vllm:num_preemptions_total", "vllm:request_success_total", "nv_inference_count"}
+    assert samples["nv_inference_count{model=tiny,version=1}"] == 7.0
