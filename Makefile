@@ -2,7 +2,7 @@
 #   make compare STACK=ray     layer vs its version-matched bare vLLM, report under reports/<run>/
 #   make run STACK=vllm        one deployment through the load harness (PROFILE=quick|cpu|default|<file>)
 #   make run STACK=endpoint URL=http://127.0.0.1:8000   measure a server that is already running
-#   make audit STACK=ray       which vllm:* metrics survive behind the layer
+#   make audit STACK=ray       which vllm:* metrics survive behind the layer (STACK=triton: both metric settings)
 #   make report                all-stacks summary from every run under results/
 #   make soak                  10 min at c=64 against the reference engine with faults on a schedule
 #   make compare STACK=ray RESUME=<run-id>   continue an interrupted or failed compare
@@ -13,6 +13,9 @@ VENV := .venv
 ENGINE_VENV := .venv-engine
 VLLM_VERSION := 0.32.0
 RAY_VERSION := 2.60.0
+PYTRITON_VERSION := 0.7.0
+TRITONCLIENT_VERSION := 2.73.0
+TRITON_VENV := .venv-triton
 MODEL_DIR := .cache/models/tiny-qwen2
 STAMPS := .stamps
 STACK ?= vllm
@@ -25,12 +28,13 @@ ARGS ?=
 LB := $(VENV)/bin/layerbench
 
 # stacks that need the engine environment and the model; the others only need the client
-ENGINE_STACKS := vllm ray
-needs = $(if $(filter $(STACK),$(ENGINE_STACKS)),setup $(if $(filter ray,$(STACK)),$(STAMPS)/ray),client)
+ENGINE_STACKS := vllm ray triton
+needs = $(if $(filter $(STACK),$(ENGINE_STACKS)),setup $(if $(filter ray triton,$(STACK)),$(STAMPS)/$(STACK)),client)
 
 setup-ray: setup $(STAMPS)/ray
+setup-triton: setup $(STAMPS)/triton
 
-.PHONY: setup setup-ray client run compare audit report soak test test-fast lint bench-harness clean help
+.PHONY: setup setup-ray setup-triton client run compare audit report soak test test-fast lint bench-harness clean help
 help:
 	@sed -n '2,10p' Makefile
 
@@ -51,6 +55,10 @@ $(STAMPS)/engine: scripts/setup_engine.sh
 
 $(STAMPS)/ray: $(STAMPS)/engine scripts/setup_ray.sh
 	bash scripts/setup_ray.sh $(ENGINE_VENV) $(RAY_VERSION)
+	@touch $@
+
+$(STAMPS)/triton: $(STAMPS)/engine $(STAMPS)/client scripts/setup_triton.sh
+	bash scripts/setup_triton.sh $(TRITON_VENV) $(ENGINE_VENV) $(VENV) $(PYTRITON_VERSION) $(TRITONCLIENT_VERSION)
 	@touch $@
 
 $(STAMPS)/model: scripts/make_model.py $(STAMPS)/engine
@@ -77,7 +85,7 @@ bench-harness: setup
 	$(LB) bench-harness $(ARGS)
 
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
-test: setup $(STAMPS)/ray
+test: setup $(STAMPS)/ray $(STAMPS)/triton
 	$(VENV)/bin/ruff check harness stacks tests scripts
 	$(VENV)/bin/pytest -v tests
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from harness.errors import LayerbenchError
 from harness.profile import EngineSettings
+from harness.server_metrics import LayerMetric
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CACHE_DIR = PROJECT_ROOT / ".cache"
@@ -26,7 +27,7 @@ ENGINE_VENV = PROJECT_ROOT / ".venv-engine"
 
 class Endpoint(BaseModel):
     base_url: str
-    protocol: Literal["openai"] = "openai"  # Triton's generate_stream joins with the Triton stack
+    protocol: Literal["openai", "triton"] = "openai"  # picks the streaming client (harness/protocols.py)
     model: str
 
 
@@ -169,6 +170,19 @@ class Stack(ABC):
 
     def metric_endpoints(self) -> dict[str, str]:
         return {"api": f"{self.endpoint().base_url}/metrics"}
+
+    def layer_metrics(self) -> tuple[LayerMetric, ...]:
+        """The layer's own figures to summarise per level from its metric endpoints (Triton: queue time)."""
+        return ()
+
+    def observability_note(self) -> str | None:
+        """One sentence on a setting that decides what the engine's metrics look like behind this stack."""
+        return None
+
+    def audit_shapes(self) -> list[tuple[str, Stack]]:
+        """Other shapes of this deployment the audit deploys after it, as (label, stack): Triton audits its
+        engine metrics switched on as well as off unless the user chose."""
+        return []
 
     def log_locations(self) -> dict[str, Path]:
         return {}

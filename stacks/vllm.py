@@ -74,15 +74,17 @@ class VllmStack(LocalServerStack):
     description = "bare vLLM OpenAI server (the baseline)"
     server_name = "vLLM"
 
-    def __init__(self, settings: DeploySettings, port: int | None = None):
+    def __init__(self, settings: DeploySettings, port: int | None = None, venv: Path = ENGINE_VENV):
+        """venv: the environment vLLM runs from (a layer's baseline runs from the layer's own)."""
         super().__init__(settings, port)
+        self.venv = venv
         self._version: str | None = None
 
     def deploy(self) -> None:
         if not self.settings.model_path.exists():
             raise LayerbenchError(f"model not found at {self.settings.model_path}: run `make setup`")
         self.check_ports()
-        cmd = [str(engine_python()), "-m", "vllm.entrypoints.openai.api_server", "--model",
+        cmd = [str(engine_python(self.venv)), "-m", "vllm.entrypoints.openai.api_server", "--model",
                str(self.settings.model_path), "--served-model-name", self.settings.served_model_name,
                "--host", "127.0.0.1", "--port", str(self.port), *engine_args(self.settings)]
         self.start(cmd, engine_env(self.settings))
@@ -102,10 +104,13 @@ class VllmStack(LocalServerStack):
             try:  # the running server is the most direct answer
                 self._version = httpx.get(f"{self.endpoint().base_url}/version", timeout=5).json()["version"]
             except (httpx.HTTPError, ValueError, KeyError):
-                self._version = installed_vllm_version()
+                self._version = installed_vllm_version(self.venv)
         return self._version
+
+    def describe(self) -> dict:
+        return {**super().describe(), "venv": str(self.venv)}
 
     def baseline(self) -> Stack:
         """A second bare vLLM deployment of the same version and settings: `compare --stack vllm` is the A/A
         run that measures the method's own noise on this host. A fixed --port stays with this deployment."""
-        return VllmStack(self.settings.model_copy(update={"options": {}}))
+        return VllmStack(self.settings.model_copy(update={"options": {}}), venv=self.venv)

@@ -34,6 +34,8 @@ def build(kind: str, **options: Any):
     ("ray", "num_cpus", "many", "valid integer"),
     ("ray", "port", 70000, "less than or equal to 65535"),
     ("vllm", "port", 0, "greater than or equal to 1"),
+    ("triton", "report_engine_metrics", "maybe", "valid boolean"),
+    ("triton", "port", 0, "greater than or equal to 1"),
     ("sim", "fail_500", 1.5, "less than or equal to 1"),
     ("sim", "tokens_per_chunk", 0, "greater than or equal to 1"),
     ("sim", "metrics_fault", "sometimes", "'none', '500', 'hang' or 'garbage'"),
@@ -71,6 +73,7 @@ def test_allowed_options_come_from_the_models():
     assert get_stack("ray").allowed_options() == {"port", "ingress_replicas", "max_ongoing_requests",
                                                   "stream_batching_interval_ms", "num_cpus"}
     assert get_stack("vllm").allowed_options() == {"port"}
+    assert get_stack("triton").allowed_options() == {"port", "report_engine_metrics"}
     assert get_stack("endpoint").allowed_options() == set()
     sim, proxy = get_stack("sim").allowed_options(), get_stack("sim-proxy").allowed_options()
     assert {"ttft_ms", "fail_500", "port"} <= sim and sim < proxy and {"metrics", "rechunk"} <= proxy - sim
@@ -128,6 +131,8 @@ def _type_text(field: FieldInfo) -> str:
 def _default_text(value: Any) -> str:
     if value is None:
         return "—"
+    if isinstance(value, bool):
+        return str(value).lower()
     return _num(value) if isinstance(value, float) else str(value)
 
 

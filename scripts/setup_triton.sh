@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Triton Inference Server beside vLLM. PyPI's `tritonserver` wheels are bindings without a server (cp312,
+# glibc 2.39); the `nvidia-pytriton` wheel ships a real `tritonserver` binary, its Python backend and their
+# libraries, so that is what we install (for the binary only: --no-deps).
+#
+# The Triton environment is a thin venv layered on the engine environment (a .pth adds the engine's
+# site-packages after its own), so vLLM and every engine package are the very same files the bare vLLM
+# baseline runs. It differs in one package: numpy<2, because the Python backend stub of Triton 2.51 crashes
+# deserializing BYTES tensors under numpy 2. The Triton stack's baseline runs from this environment too.
+# Python starts in the stub with the C locale whatever LANG says, so a .pth sets a UTF-8 one (vLLM and
+# transformers read their files with the default encoding).
+# The client environment gets `tritonclient[http]` (readiness and model metadata).
+#
+# Usage: setup_triton.sh TRITON_VENV ENGINE_VENV CLIENT_VENV PYTRITON_VERSION TRITONCLIENT_VERSION
+set -euo pipefail
+tv=$1; ev=$2; cv=$3; pytriton=$4; tclient=$5
+
+glibc=$(getconf GNU_LIBC_VERSION | awk '{print $2}')
+if [ "$(printf '%s\n' 2.35 "$glibc" | sort -V | head -1)" != 2.35 ]; then
+  echo "setup-triton: nvidia-pytriton $pytriton needs glibc >= 2.35; this host has $glibc" >&2
+  exit 1
+fi
+[ -x "$ev/bin/python" ] || { echo "setup-triton: the engine environment $ev is missing: run make setup" >&2; exit 1; }
+
+python3.11 -m venv "$tv"
+site_of() { "$1/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"; }
+engine_site=$(site_of "$ev")
+triton_site=$(site_of "$tv")
+echo "import site; site.addsitedir('$engine_site')" > "$triton_site/layerbench-engine.pth"
+cat > "$triton_site/layerbench-utf8.pth" <<'PTH'
+import locale; locale.setlocale(locale.LC_CTYPE, 'C.UTF-8') if locale.getpreferredencoding(False).lower() not in ('utf-8', 'utf8') else None
+PTH
+# pip sees the engine's numpy 2 through the .pth and leaves it alone ("outside environment")
+"$tv/bin/pip" install -q --disable-pip-version-check "numpy<2"
+"$tv/bin/pip" install -q --disable-pip-version-check --no-deps "nvidia-pytriton==$pytriton"
+
+# the backend directory tritonserver loads: the Python backend with the stub for this Python
+tt="$triton_site/pytriton/tritonserver"
+mkdir -p "$tv/backends/python"
+ln -sf "$tt/backends/python/libtriton_python.so" "$tt/backends/python/triton_python_backend_utils.py" \
+  "$tt/python_backend_stubs/3.11/triton_python_backend_stub" "$tv/backends/python/"
+
+"$cv/bin/pip" install -q --disable-pip-version-check "tritonclient[http]==$tclient"
+
+"$tv/bin/python" -c "import numpy, vllm; print('numpy', numpy.__version__, 'vllm', vllm.__version__)"
+LD_LIBRARY_PATH="$triton_site/nvidia_pytriton.libs" "$tt/bin/tritonserver" --version 2>&1 | head -3 || true

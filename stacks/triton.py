@@ -1,0 +1,253 @@
+"""Triton Inference Server, local target: the real `tritonserver` 2.51 (from the nvidia-pytriton wheel, see
+scripts/setup_triton.sh) with a Python-backend model of ours (scripts/triton_vllm_model.py) that runs vLLM's
+async engine inside Triton's stub process, decoupled, streaming through `generate_stream`. The model repository
+is generated per deployment with exactly the baseline's engine settings. HTTP, gRPC and metrics ports bind to
+127.0.0.1. Baseline: bare vLLM from the Triton environment (the engine environment's vLLM, same files).
+
+Options (`--opt`, typed in TritonOptions): report_engine_metrics (publish the engine's `vllm:*` families on
+Triton's metrics port; off by default, like NVIDIA's vLLM backend), port (HTTP)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from pydantic import Field
+from rich.console import Console
+
+from harness.errors import LayerbenchError
+from harness.server_metrics import LayerMetric
+from stacks.base import PROJECT_ROOT, AppliedConfig, DeploySettings, Endpoint, Stack, StackOptions, register
+from stacks.local import LocalServerStack
+from stacks.procs import free_port, log_tail
+from stacks.vllm import VllmStack, engine_env, installed_vllm_version
+
+TRITON_VENV = PROJECT_ROOT / ".venv-triton"
+MODEL_PY = PROJECT_ROOT / "scripts" / "triton_vllm_model.py"
+SETUP_HINT = "run `make setup-triton`"
+MIN_GLIBC = (2, 35)  # nvidia-pytriton 0.7.0 is a manylinux_2_35 wheel
+
+CONFIG_PBTXT = """\
+name: "{name}"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy {{ decoupled: true }}
+input [
+  {{ name: "text_input", data_type: TYPE_STRING, dims: [ 1 ] }},
+  {{ name: "stream", data_type: TYPE_BOOL, dims: [ 1 ], optional: true }},
+  {{ name: "sampling_parameters", data_type: TYPE_STRING, dims: [ 1 ], optional: true }},
+  {{ name: "exclude_input_in_output", data_type: TYPE_BOOL, dims: [ 1 ], optional: true }}
+]
+output [
+  {{ name: "text_output", data_type: TYPE_STRING, dims: [ -1 ] }},
+  {{ name: "num_output_tokens", data_type: TYPE_UINT32, dims: [ -1 ] }},
+  {{ name: "num_input_tokens", data_type: TYPE_UINT32, dims: [ -1 ] }}
+]
+instance_group [ {{ count: 1, kind: KIND_CPU }} ]
+"""
+
+
+class TritonOptions(StackOptions):
+    report_engine_metrics: bool = Field(False, description="publish the engine's vllm:* counters, gauges and "
+                                        "histograms on Triton's metrics port (NVIDIA's backend: off by default)")
+
+
+def triton_paths(venv: Path | None = None) -> tuple[Path, Path, Path]:
+    """(tritonserver binary, its bundled libraries, the backend directory); LayerbenchError when not set up."""
+    venv = venv or TRITON_VENV
+    glibc = os.confstr("CS_GNU_LIBC_VERSION") or "glibc 0.0"
+    have = tuple(int(x) for x in glibc.split()[-1].split(".")[:2])
+    if have < MIN_GLIBC:
+        raise LayerbenchError(f"Triton needs glibc >= {'.'.join(map(str, MIN_GLIBC))} (nvidia-pytriton's "
+                              f"tritonserver); this host has {glibc}")
+    sites = sorted(venv.glob("lib/python3*/site-packages"))
+    server = sites[0] / "pytriton" / "tritonserver" if sites else venv / "missing"
+    paths = (server / "bin" / "tritonserver", sites[0] / "nvidia_pytriton.libs" if sites else venv,
+             venv / "backends")
+    if not all(p.exists() for p in paths):
+        raise LayerbenchError(f"Triton is not installed ({paths[0]} not found): {SETUP_HINT} (installs "
+                              "nvidia-pytriton, whose wheel ships tritonserver 2.51, beside vLLM)")
+    return paths
+
+
+@register
+class TritonStack(LocalServerStack):
+    kind = "triton"
+    in_request_path = True
+    description = "Triton Inference Server 2.51, Python backend running vLLM's async engine (decoupled)"
+    server_name = "Triton"
+    stop_timeout_s = 20.0  # Triton unloads the model (engine shutdown) before it exits
+    Options = TritonOptions
+    options: TritonOptions
+
+    def __init__(self, settings: DeploySettings):
+        super().__init__(settings)
+        self.grpc_port, self.metrics_port = free_port(), free_port()
+        self.repo = settings.log_dir / f"triton-repo-{self.port}"
+        self.log_path = settings.log_dir / f"triton-{self.port}.log"
+        self.metadata: dict = {}
+
+    @property
+    def model_dir(self) -> Path:
+        return self.repo / self.settings.served_model_name
+
+    def ports(self) -> list[int]:
+        return [self.port, self.grpc_port, self.metrics_port]
+
+    def engine_spec(self) -> dict:
+        """The model's AsyncEngineArgs: the flags stacks.vllm.engine_args gives the baseline, as keywords."""
+        e, s = self.settings.engine, self.settings
+        if e.extra_args:
+            raise LayerbenchError("engine.extra_args are vLLM CLI flags and cannot be forwarded to the Triton "
+                                  "model's engine arguments; set the equivalent profile fields instead")
+        return {"model": str(s.model_path), "served_model_name": s.served_model_name,
+                "max_model_len": e.max_model_len, "max_num_seqs": e.max_num_seqs, "dtype": e.dtype,
+                "enforce_eager": e.enforce_eager, "enable_prefix_caching": e.enable_prefix_caching,
+                "report_engine_metrics": self.options.report_engine_metrics}
+
+    def write_repository(self) -> None:
+        version = self.model_dir / "1"
+        shutil.rmtree(self.repo, ignore_errors=True)
+        version.mkdir(parents=True)
+        (self.model_dir / "config.pbtxt").write_text(CONFIG_PBTXT.format(name=self.settings.served_model_name))
+        shutil.copy(MODEL_PY, version / "model.py")
+        (version / "engine.json").write_text(json.dumps(self.engine_spec(), indent=2))
+
+    def deploy(self) -> None:
+        self.check_ports()  # a port held by another process is refused first, and never taken over
+        binary, libs, backends = triton_paths()
+        if not self.settings.model_path.exists():
+            raise LayerbenchError(f"model not found at {self.settings.model_path}: run `make setup`")
+        self.write_repository()
+        venv = backends.parent
+        env = {**engine_env(self.settings), "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}",
+               # the stub's libpython must be this venv's Python, not whatever the loader finds first
+               "LD_LIBRARY_PATH": f"{libs}:{_python_libdir()}", "LC_ALL": "C.UTF-8"}
+        cmd = [str(binary), f"--model-repository={self.repo}", f"--backend-directory={backends}",
+               "--http-address=127.0.0.1", f"--http-port={self.port}", "--grpc-address=127.0.0.1",
+               f"--grpc-port={self.grpc_port}", "--metrics-address=127.0.0.1", f"--metrics-port={self.metrics_port}",
+               "--allow-gpu-metrics=false", "--exit-on-error=false", "--exit-timeout-secs=15",
+               "--backend-config=python,stub-timeout-seconds=600", "--log-verbose=0"]
+        self.start(cmd, env)
+
+    def wait_ready(self, timeout: float, console: Console | None = None) -> float:
+        """Server ready, then the model READY (its engine started) through tritonclient; a model that fails to
+        load is reported with Triton's model status and the last 40 lines of its log."""
+        assert self.proc is not None, "deploy() first"
+        client = _client(self.port)
+        t0 = time.monotonic()
+        name = self.settings.served_model_name
+        console = console or Console(stderr=True)
+        with console.status(f"waiting for Triton and its vLLM model (127.0.0.1:{self.port})"):
+            while True:
+                if not self.proc.alive():
+                    raise LayerbenchError(f"Triton exited during startup. Last 40 lines of {self.log_path}:\n"
+                                          f"{log_tail(self.log_path)}")
+                state = _model_state(client, name)
+                if state and state.get("state") == "READY" and _ready(client, name):
+                    break
+                if state and state.get("state") == "UNAVAILABLE":
+                    raise LayerbenchError(f"Triton could not load model {name!r}: {state.get('reason') or 'no reason'}"
+                                          f". Last 40 lines of {self.log_path}:\n{log_tail(self.log_path)}")
+                if time.monotonic() - t0 > timeout:
+                    raise LayerbenchError(f"Triton's model {name!r} not ready after {timeout:.0f}s (state "
+                                          f"{state}). Last 40 lines of {self.log_path}:\n{log_tail(self.log_path)}")
+                time.sleep(0.5)  # poll interval; readiness is the model state above
+        self.metadata = {"server": client.get_server_metadata(), "model": client.get_model_metadata(name)}
+        client.close()
+        self.proc.tree()  # remember the server, the stub and the engine's processes for teardown's check
+        return time.monotonic() - t0
+
+    def applied_file(self) -> dict:
+        try:
+            return json.loads((self.model_dir / "1" / "applied.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def verify_config(self) -> AppliedConfig:
+        cfg = super().verify_config()  # KV cache and concurrency from vLLM's log lines in Triton's log
+        cfg.max_model_len = self.applied_file().get("max_model_len")
+        return cfg
+
+    def endpoint(self) -> Endpoint:
+        return Endpoint(base_url=f"http://127.0.0.1:{self.port}", protocol="triton",
+                        model=self.settings.served_model_name)
+
+    def metric_endpoints(self) -> dict[str, str]:
+        # where a user of a vLLM server looks first (the serving port), and Triton's own metrics port
+        return {"api": f"{self.endpoint().base_url}/metrics",
+                "triton_metrics": f"http://127.0.0.1:{self.metrics_port}/metrics"}
+
+    def layer_metrics(self) -> tuple[LayerMetric, ...]:
+        decoupled = ("for a decoupled model Triton's request duration covers only execute(), which hands the "
+                     "request to the engine and returns: not the time the stream takes")
+        return (LayerMetric(key="queue µs/request", family="nv_inference_queue_duration_us", how="per",
+                            per="nv_inference_request_success", note="time a request waited in Triton's scheduler "
+                            "before the model's execute()"),
+                LayerMetric(key="pending peak", family="nv_inference_pending_request_count", how="peak",
+                            note="requests in Triton not yet handed to the model, highest value scraped"),
+                LayerMetric(key="execute() µs/request", family="nv_inference_request_duration_us", how="per",
+                            per="nv_inference_request_success", note=decoupled))
+
+    def observability_note(self) -> str:
+        if self.options.report_engine_metrics:
+            return ("report_engine_metrics on: the model publishes the engine's vllm:* counters, gauges and "
+                    "histograms on Triton's metrics port through its custom-metric API")
+        return ("report_engine_metrics off (the default, like NVIDIA's vLLM backend): Triton publishes no vllm:* "
+                "family; `--opt report_engine_metrics=true` publishes them on Triton's metrics port")
+
+    def audit_shapes(self) -> list[tuple[str, Stack]]:
+        if "report_engine_metrics" in self.settings.options:  # the user chose one setting
+            return []
+        on = self.settings.model_copy(update={"options": {**self.settings.options, "report_engine_metrics": True}})
+        return [("stack-engine-metrics", TritonStack(on))]
+
+    def log_locations(self) -> dict[str, Path]:
+        return {"triton": self.log_path, "engine": self.log_path}  # the stub's output lands in Triton's log
+
+    def engine_version(self) -> str:
+        return self.applied_file().get("vllm_version") or installed_vllm_version(TRITON_VENV)
+
+    def baseline(self) -> Stack:
+        """Bare vLLM from the Triton environment: the engine environment's vLLM, with numpy<2 as the stub needs."""
+        return VllmStack(self.settings.model_copy(update={"options": {}}), venv=TRITON_VENV)
+
+    def describe(self) -> dict:
+        return {**super().describe(), "grpc_port": self.grpc_port, "metrics_port": self.metrics_port,
+                "model_repository": str(self.repo), "report_engine_metrics": self.options.report_engine_metrics,
+                "triton": self.metadata.get("server", {}).get("version"), "model_metadata": self.metadata.get("model")}
+
+
+def _python_libdir() -> str:
+    import sysconfig
+
+    return sysconfig.get_config_var("LIBDIR") or "/usr/lib"
+
+
+def _client(port: int):
+    try:
+        import tritonclient.http as triton_http
+    except ImportError:
+        raise LayerbenchError(f"tritonclient is not installed in layerbench's environment: {SETUP_HINT}") from None
+    return triton_http.InferenceServerClient(url=f"127.0.0.1:{port}", connection_timeout=5, network_timeout=10)
+
+
+def _model_state(client, name: str) -> dict | None:
+    from tritonclient.utils import InferenceServerException
+
+    try:
+        return next((m for m in client.get_model_repository_index() if m.get("name") == name), None)
+    except (InferenceServerException, OSError, ConnectionError):
+        return None
+
+
+def _ready(client, name: str) -> bool:
+    from tritonclient.utils import InferenceServerException
+
+    try:
+        return bool(client.is_server_ready() and client.is_model_ready(name))
+    except (InferenceServerException, OSError, ConnectionError):
+        return False

@@ -1,0 +1,70 @@
+"""A small compare against the real local Triton (2.51, our vLLM Python-backend model) and its bare vLLM
+baseline from the same environment. Slow: each side takes about a minute to come up on this CPU host."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness.cli import main
+from harness.compare import CompareSummary
+from harness.results import read_jsonl
+
+pytestmark = pytest.mark.slow
+ENGINE = {"max_model_len": 1024, "max_num_seqs": 32, "dtype": "float32", "enforce_eager": True}
+OUTPUT_TOKENS = 16
+
+
+def shm() -> set[str]:
+    return {p.name for p in Path("/dev/shm").iterdir()}
+
+
+def test_triton_compare_small(tmp_path, write_profile):
+    profile = write_profile(concurrency=[1, 4], requests=16, requests_per_concurrency=0, min_duration_s=3,
+                            input_tokens=48, output_tokens=OUTPUT_TOKENS, engine=ENGINE)
+    shm_before = shm()
+    rc = main(["compare", "--stack", "triton", "--profile", str(profile), "--repeats", "1",
+               "--results-dir", str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports")])
+    run = next((tmp_path / "results").iterdir())
+    s = CompareSummary.model_validate_json((run / "compare.json").read_text())
+    assert rc == 0, s.failures
+    # the same vLLM on both sides, with the same settings applied
+    assert s.versions["baseline"] == s.versions["stack"] == "0.32.0" and s.version_match
+    assert s.applied["baseline"].max_model_len == s.applied["stack"].max_model_len == 1024
+    assert s.applied["stack"].kv_cache_tokens, "vLLM's startup lines not found in Triton's log"
+    assert s.settings_match, s.settings_mismatches
+    assert not s.runs["stack"].exposed_ports  # HTTP, gRPC and metrics on 127.0.0.1
+    # tokens counted by the server: every Triton request reports exactly the tokens asked for (ignore_eos)
+    requests = [r for r in read_jsonl(run / "requests.jsonl") if r["label"] == "stack" and r["phase"] == "measure"]
+    assert requests and all(r["ok"] for r in requests), [r["error_detail"] for r in requests if not r["ok"]][:3]
+    assert {r["output_tokens"] for r in requests} == {OUTPUT_TOKENS}
+    assert all(r["prompt_tokens"] for r in requests)
+    # the tables are filled for every level, and the layer's own queue is read from Triton's metrics
+    for lv in s.levels:
+        assert lv.baseline_tok_s > 0 and lv.stack_tok_s > 0 and lv.delta_pct is not None
+        assert lv.stack_goodput is not None and lv.stack_ttft_p95_ms > 0
+        assert any("tritonserver" in k for k in lv.stack_cpu_cores), lv.stack_cpu_cores
+        assert any("triton_python_backend_stub" in k for k in lv.stack_cpu_cores), lv.stack_cpu_cores
+    assert all("queue µs/request" in lv.server.layer for lv in s.runs["stack"].levels)
+    report = tmp_path / "reports" / run.name
+    md = (report / "report.md").read_text()
+    for needle in ("Throughput (output tok/s)", "| 4 |", "Where the CPU went", "The layer's own metrics (triton)",
+                   "nv_inference_queue_duration_us", "report_engine_metrics off"):
+        assert needle in md, needle
+    # the audit: no /metrics on the HTTP port, Triton's nv_* families on its metrics port, no vllm:* (default off)
+    by_name = {e.name: e for e in s.audit.endpoints if e.label == "stack"}
+    assert by_name["api"].status == "http 404" and by_name["triton_metrics"].status == "200"
+    assert by_name["triton_metrics"].prefixes.get("nv_", 0) >= 10
+    assert {"nv_inference_queue_duration_us", "nv_inference_pending_request_count"} <= set(
+        s.audit.layer_families["triton_metrics"])
+    assert s.audit.counts.get("lost", 0) > 0 and not s.audit.counts.get("survives")
+    # nothing of Triton is left: no process of the deployment, no /dev/shm file it created
+    meta = json.loads((run / "run.json").read_text())
+    pids = meta["deployments"]["stack"]["pids"]
+    assert len(pids) >= 3  # server, Python stub, engine processes
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    left = {n for n in shm() - shm_before if n.startswith(("triton", "psm_", "sem.mp-"))}
+    assert not left, left
