@@ -15,6 +15,7 @@ import shutil
 import time
 from pathlib import Path
 
+import psutil
 from pydantic import Field
 from rich.console import Console
 
@@ -89,6 +90,7 @@ class TritonStack(LocalServerStack):
         self.repo = settings.log_dir / f"triton-repo-{self.port}"
         self.log_path = settings.log_dir / f"triton-{self.port}.log"
         self.metadata: dict = {}
+        self.model_procs: list[tuple[psutil.Process, str]] = []  # the Python stub and the engine's, once ready
 
     @property
     def model_dir(self) -> Path:
@@ -158,8 +160,19 @@ class TritonStack(LocalServerStack):
                 time.sleep(0.5)  # poll interval; readiness is the model state above
         self.metadata = {"server": client.get_server_metadata(), "model": client.get_model_metadata(name)}
         client.close()
-        self.proc.tree()  # remember the server, the stub and the engine's processes for teardown's check
+        # remember the server, the stub and the engine's processes for teardown's check, and watch the model's
+        self.model_procs = [(p, role) for p in self.proc.tree() if (role := _role(p))]
         return time.monotonic() - t0
+
+    def dead(self) -> str | None:
+        """Triton outlives its model: a dead stub or engine process leaves a server that answers every request
+        with an error, so the model's processes are watched as well as the server."""
+        if reason := super().dead():
+            return reason
+        for p, role in self.model_procs:
+            if not _alive(p):
+                return f"Triton's {role} (pid {p.pid}) exited: the model no longer serves; see {self.log_path}"
+        return None
 
     def applied_file(self) -> dict:
         try:
@@ -219,6 +232,24 @@ class TritonStack(LocalServerStack):
         return {**super().describe(), "grpc_port": self.grpc_port, "metrics_port": self.metrics_port,
                 "model_repository": str(self.repo), "report_engine_metrics": self.options.report_engine_metrics,
                 "triton": self.metadata.get("server", {}).get("version"), "model_metadata": self.metadata.get("model")}
+
+
+def _role(p: psutil.Process) -> str | None:
+    """'Python stub' or the engine's process title (VLLM::EngineCore, VLLM::Worker), else None."""
+    try:
+        cmd = p.cmdline()
+    except psutil.Error:
+        return None
+    if cmd and cmd[0].endswith("triton_python_backend_stub"):
+        return "Python stub"
+    return cmd[0] if cmd and cmd[0].startswith("VLLM::") else None
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _python_libdir() -> str:

@@ -23,7 +23,7 @@ def shm() -> set[str]:
 
 
 def test_triton_compare_small(tmp_path, write_profile):
-    profile = write_profile(concurrency=[1, 4], requests=16, requests_per_concurrency=0, min_duration_s=3,
+    profile = write_profile(concurrency=[1, 4], requests=20, requests_per_concurrency=0, min_duration_s=3,
                             input_tokens=48, output_tokens=OUTPUT_TOKENS, engine=ENGINE)
     shm_before = shm()
     rc = main(["compare", "--stack", "triton", "--profile", str(profile), "--repeats", "1",
