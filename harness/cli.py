@@ -155,7 +155,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from harness.audit import audit_from_scrapes
     from harness.report import audit_markdown
     from harness.results import read_jsonl
-    from harness.session import baseline_then_stack, place, sides
+    from harness.session import baseline_then_stack, place
     from stacks.base import get_stack
 
     profile = load_profile(args.profile or "quick").model_copy(update={
@@ -166,7 +166,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
     stack = stack_cls(_settings(args, profile, Path(args.results_dir) / run_id / "logs"))  # validates options
     writer = RunWriter(run_id, Path(args.results_dir), meta={"command": "audit", "stack": args.stack,
                                                             "placement": place(profile), "pid": os.getpid()})
-    targets = sides(stack) + stack.audit_shapes()
+    # a stack without a baseline (an endpoint) is audited against itself: what its own endpoints expose
+    targets = [("baseline", stack.baseline() or stack), ("stack", stack), *stack.audit_shapes()]
     with recorded(writer) as outcome:
         measured = baseline_then_stack(targets, profile, writer, console, 1)
         if measured.failures:

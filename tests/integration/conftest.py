@@ -1,0 +1,29 @@
+"""What the small real-stack compares share: a 2-level, 1-repeat compare through the CLI."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.compare import CompareSummary
+
+ENGINE = {"max_model_len": 1024, "max_num_seqs": 32, "dtype": "float32", "enforce_eager": True}
+OUTPUT_TOKENS = 16
+
+
+@pytest.fixture
+def small_compare(tmp_path, write_profile) -> Callable[[str], tuple[int, Path, CompareSummary]]:
+    """compare(stack) at c=1 and c=4, one repeat, 16 output tokens: (exit code, run folder, its compare.json)."""
+
+    def run(stack: str) -> tuple[int, Path, CompareSummary]:
+        profile = write_profile(concurrency=[1, 4], requests=20, requests_per_concurrency=0, min_duration_s=3,
+                                input_tokens=48, output_tokens=OUTPUT_TOKENS, engine=ENGINE)
+        rc = main(["compare", "--stack", stack, "--profile", str(profile), "--repeats", "1",
+                   "--results-dir", str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports")])
+        folder = next((tmp_path / "results").iterdir())
+        return rc, folder, CompareSummary.model_validate_json((folder / "compare.json").read_text())
+
+    return run
