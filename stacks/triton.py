@@ -127,7 +127,7 @@ class TritonStack(LocalServerStack):
         venv = backends.parent
         env = {**engine_env(self.settings), "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}",
                # the stub's libpython must be this venv's Python, not whatever the loader finds first
-               "LD_LIBRARY_PATH": f"{libs}:{_python_libdir()}", "LC_ALL": "C.UTF-8"}
+               "LD_LIBRARY_PATH": f"{libs}:{_python_libdir(venv)}", "LC_ALL": "C.UTF-8"}
         cmd = [str(binary), f"--model-repository={self.repo}", f"--backend-directory={backends}",
                "--http-address=127.0.0.1", f"--http-port={self.port}", "--grpc-address=127.0.0.1",
                f"--grpc-port={self.grpc_port}", "--metrics-address=127.0.0.1", f"--metrics-port={self.metrics_port}",
@@ -140,9 +140,15 @@ class TritonStack(LocalServerStack):
         load is reported with Triton's model status and the last 40 lines of its log."""
         assert self.proc is not None, "deploy() first"
         client = _client(self.port)
+        try:
+            return self._wait_ready(client, timeout, console or Console(stderr=True))
+        finally:
+            client.close()
+
+    def _wait_ready(self, client, timeout: float, console: Console) -> float:
+        assert self.proc is not None
         t0 = time.monotonic()
         name = self.settings.served_model_name
-        console = console or Console(stderr=True)
         with console.status(f"waiting for Triton and its vLLM model (127.0.0.1:{self.port})"):
             while True:
                 if not self.proc.alive():
@@ -159,7 +165,6 @@ class TritonStack(LocalServerStack):
                                           f"{state}). Last 40 lines of {self.log_path}:\n{log_tail(self.log_path)}")
                 time.sleep(0.5)  # poll interval; readiness is the model state above
         self.metadata = {"server": client.get_server_metadata(), "model": client.get_model_metadata(name)}
-        client.close()
         # remember the server, the stub and the engine's processes for teardown's check, and watch the model's
         self.model_procs = [(p, role) for p in self.proc.tree() if (role := _role(p))]
         return time.monotonic() - t0
@@ -252,10 +257,13 @@ def _alive(p: psutil.Process) -> bool:
         return False
 
 
-def _python_libdir() -> str:
-    import sysconfig
-
-    return sysconfig.get_config_var("LIBDIR") or "/usr/lib"
+def _python_libdir(venv: Path) -> Path:
+    """The lib directory of the Python the venv was made from (`home` in its pyvenv.cfg names its bin/)."""
+    for line in (venv / "pyvenv.cfg").read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "home":
+            return Path(value.strip()).parent / "lib"
+    raise LayerbenchError(f"{venv / 'pyvenv.cfg'} names no base Python: {SETUP_HINT}")
 
 
 def _client(port: int):

@@ -39,3 +39,26 @@ def test_triton_stub_killed_mid_level(tmp_path, write_profile):
     assert len(recorded) == level["sent"] and sum(r["ok"] for r in recorded) >= 8  # measured before is kept
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     assert not (shm_and_tmp() - before), "Triton's /dev/shm or vLLM's /tmp files were left behind"
+
+
+def test_a_model_that_fails_to_load_is_reported_with_its_status_and_log(tmp_path, monkeypatch):
+    """A model whose initialize() raises: Triton stays up with the model UNAVAILABLE; the deployment fails with
+    Triton's reason and the last lines of its log, and nothing is left running."""
+    from harness.errors import LayerbenchError
+    from stacks import triton
+    from stacks.base import DeploySettings
+
+    broken = tmp_path / "model.py"
+    broken.write_text("class TritonPythonModel:\n    def initialize(self, args):\n"
+                      "        raise RuntimeError('layerbench-test: this model cannot load')\n")
+    monkeypatch.setattr(triton, "MODEL_PY", broken)
+    before = shm_and_tmp()
+    stack = triton.TritonStack(DeploySettings(log_dir=tmp_path / "logs"))
+    with pytest.raises(LayerbenchError) as e, stack:
+        stack.deploy()
+        stack.wait_ready(300)
+    msg = str(e.value)
+    assert "could not load model 'tiny'" in msg and "this model cannot load" in msg, msg
+    assert "Last 40 lines of" in msg
+    assert stack.proc is None  # torn down (teardown verifies the group and ports are gone)
+    assert not (shm_and_tmp() - before)
