@@ -168,25 +168,26 @@ def cmd_audit(args: argparse.Namespace) -> int:
                                                             "placement": place(profile), "pid": os.getpid()})
     # a stack without a baseline (an endpoint) is audited against itself: what its own endpoints expose
     targets = [("baseline", stack.baseline() or stack), ("stack", stack), *stack.audit_shapes()]
-    with recorded(writer) as outcome:
-        measured = baseline_then_stack(targets, profile, writer, console, 1)
-        if measured.failures:
-            outcome.reason = "; ".join(f"{k}: {v.splitlines()[0]}" for k, v in measured.failures.items())
-    if outcome.status != "complete":
-        return outcome.exit_code(writer)
-    scrapes = read_jsonl(writer.dir / "scrapes.jsonl")
     md = [f"# Observability audit: {args.stack} — {run_id}", ""]
-    for label, target in targets[1:]:  # each shape of the stack against the same baseline
-        mine = [{**s, "label": "stack"} if s.get("label") == label else s for s in scrapes
-                if s.get("label") in ("baseline", label)]
-        result = audit_from_scrapes(mine, {"baseline": measured.live["baseline"], "stack": measured.live[label]},
-                                    args.stack, target.metric_aliases(), target.observability_note())
-        writer.write_json("audit.json" if label == "stack" else f"audit-{label}.json", result.model_dump())
-        md += audit_markdown(result, None if len(targets) == 2 else label)
-    (writer.dir / "audit.md").write_text("\n".join(md))
-    console.print("\n".join(md), markup=False, highlight=False)
-    console.print(f"audit: {writer.dir}/audit.md")
-    return 0
+    with recorded(writer) as outcome:
+        measured = baseline_then_stack(targets, profile, writer, console, 1, keep_going=False)
+        scrapes = read_jsonl(writer.dir / "scrapes.jsonl")
+        for label, target in targets[1:]:  # each shape measured, against the same baseline
+            if label not in measured.live:
+                continue
+            mine = [{**s, "label": "stack"} if s.get("label") == label else s for s in scrapes
+                    if s.get("label") in ("baseline", label)]
+            result = audit_from_scrapes(mine, {"baseline": measured.live["baseline"], "stack": measured.live[label]},
+                                        args.stack, target.metric_aliases(), target.observability_note())
+            writer.write_json("audit.json" if label == "stack" else f"audit-{label}.json", result.model_dump())
+            md += audit_markdown(result, None if len(targets) == 2 else label)
+        if measured.failures:  # what was audited before the failure is written above
+            outcome.reason = "; ".join(f"{k}: {v.splitlines()[0]}" for k, v in measured.failures.items())
+    if len(md) > 2:
+        (writer.dir / "audit.md").write_text("\n".join(md))
+        console.print("\n".join(md), markup=False, highlight=False)
+        console.print(f"audit: {writer.dir}/audit.md")
+    return outcome.exit_code(writer)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -239,6 +239,7 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
         writer.write_json("compare.json", summary.model_dump())
 
     measured = baseline_then_stack(targets, profile, writer, console, repeats, plan, after_side=keep)
+    keep(measured)
     summary.version_match = summary.versions["baseline"] == summary.versions["stack"]
     if not summary.version_match and not allow_mismatch:
         summary.failures["versions"] = f"live versions differ: {summary.versions}"

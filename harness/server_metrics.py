@@ -27,8 +27,8 @@ class ServerLevelMetrics(BaseModel):
 
 
 class LayerMetric(BaseModel):
-    """One figure of the layer's own metrics, summarised per level: a gauge's peak, a counter's delta, or a
-    counter's delta per request (the delta of `per`)."""
+    """One figure of the layer's own metrics, summarised per level: a gauge's peak (from scrapes during the
+    window: `scrape: interval`), a counter's delta, or a counter's delta per request (the delta of `per`)."""
 
     key: str  # the report's column
     family: str
@@ -73,8 +73,8 @@ def summarise(scrapes: Iterable[dict], renames: tuple[str, ...] = (),
             if v is not None:
                 firsts.setdefault(key, v)
                 lasts[key] = v
-        for m in layer:
-            if m.how == "peak" and (v := _sum_family(samples, m.family, ())) is not None:
+        for m in layer:  # a peak of the level is read during it: a window's edge scrape sees it idle
+            if m.how == "peak" and s.get("phase") is None and (v := _sum_family(samples, m.family, ())) is not None:
                 peaks[m.key] = max(peaks.get(m.key, v), v)
     delta = {key: lasts[key] - firsts[key] for key in lasts}
     for key in COUNTERS:

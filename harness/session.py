@@ -88,13 +88,14 @@ def sides(stack: Stack) -> list[tuple[str, Stack]]:
 
 def baseline_then_stack(targets: list[tuple[str, Stack]], profile: LoadProfile, writer: RunWriter,
                         console: Console, repeats: int, plan: ResumePlan | None = None,
-                        after_side: Callable[[Sides], None] | None = None) -> Sides:
+                        after_side: Callable[[Sides], None] | None = None, keep_going: bool = True) -> Sides:
     """Deploy, measure and tear down each target in turn (`sides(stack)`, and for an audit the stack's other
     shapes after it): one at a time, the first torn down and verified gone before the next starts, as on a
     host with one accelerator. A baseline that fails stops everything (nothing to compare against); a later
     side that fails is recorded, with what it measured before, and the next side still runs.
     plan: a resumed compare; a side it measured completely is not deployed again. after_side: called after
-    each side, so the caller can write what it has."""
+    each side (deployed or taken from the plan), so the caller can write what it has. keep_going=False: stop at
+    the first side that fails."""
     out = Sides()
     invocation = plan.invocation if plan else 0
     for label, target in targets:
@@ -103,6 +104,8 @@ def baseline_then_stack(targets: list[tuple[str, Stack]], profile: LoadProfile, 
             console.print(f"{label} {target.kind}: every level was measured before; not deployed again")
             prior.status = "complete"  # its folder was marked with the interrupted invocation's status
             out.runs[label] = prior
+            if after_side is not None:
+                after_side(out)
             continue
         try:
             with target:
@@ -123,4 +126,6 @@ def baseline_then_stack(targets: list[tuple[str, Stack]], profile: LoadProfile, 
                 out.runs[label] = RunSummary.model_validate_json(partial.read_text())
             if after_side is not None:
                 after_side(out)
+        if out.failures and not keep_going:
+            break
     return out

@@ -152,9 +152,11 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
                     scrape_ms += [s["dur_ms"] for s in level_scrapes if s.get("dur_ms") is not None]
                     progress.update(task, total=len(run.records), completed=len(run.records))
                     gone = stack.dead()
-                    # dead after a level whose requests failed to reach it: it died during the level, faster
-                    # than the watch looks (0.25 s); a level whose every request succeeded was whole
-                    cut = gone and any(r["error"] in ("connect", "disconnect") for r in run.records)
+                    # dead after a level whose requests failed to reach it (or, behind a layer that outlives
+                    # its engine, were answered with errors): it died during the level, faster than the watch
+                    # looks (0.25 s); a level whose every request succeeded was whole
+                    cut = gone and any(r["error"] in ("connect", "disconnect", "server_error")
+                                       or str(r["error"]).startswith("http_5") for r in run.records)
                     incomplete = run.aborted or (f"deployment died: {gone}" if cut else None)
                     if run.records:
                         records = [RequestRecord.from_json(r) for r in run.records]

@@ -50,6 +50,8 @@ class TritonStatLogger(StatLoggerBase):
         self.prompt = metric("vllm:prompt_tokens_total", F.COUNTER, "Prefill tokens processed.")
         self.generation = metric("vllm:generation_tokens_total", F.COUNTER, "Generation tokens processed.")
         self.preemptions = metric("vllm:num_preemptions_total", F.COUNTER, "Cumulative preemptions.")
+        self.cache_queries = metric("vllm:prefix_cache_queries_total", F.COUNTER, "Prefix-cache queries (tokens).")
+        self.cache_hits = metric("vllm:prefix_cache_hits_total", F.COUNTER, "Prefix-cache hits (tokens).")
         self.success = metric("vllm:request_success_total", F.COUNTER, "Finished requests.")
         self.running = metric("vllm:num_requests_running", F.GAUGE, "Requests in model execution batches.")
         self.waiting = metric("vllm:num_requests_waiting", F.GAUGE, "Requests waiting to be processed.")
@@ -70,6 +72,8 @@ class TritonStatLogger(StatLoggerBase):
             self.running.set(scheduler_stats.num_running_reqs)
             self.waiting.set(scheduler_stats.num_waiting_reqs)
             self.kv_usage.set(scheduler_stats.kv_cache_usage)
+            self.cache_queries.increment(scheduler_stats.prefix_cache_stats.queries)
+            self.cache_hits.increment(scheduler_stats.prefix_cache_stats.hits)
         if iteration_stats is None:
             return
         self.prompt.increment(iteration_stats.num_prompt_tokens)
@@ -139,9 +143,12 @@ class TritonPythonModel:
             sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"bad request: {e}")),
                         flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             return
-        first = True
+        first, final_sent = True, False
         try:
             async for out in self.engine.generate(prompt, sampling, request_id):
+                if sender.is_cancelled():  # the client went away: stop generating, as vLLM's server does
+                    await self.engine.abort(request_id)
+                    break
                 completion = out.outputs[0]
                 text = completion.text
                 if first and not exclude_input and not stream:
@@ -155,10 +162,18 @@ class TritonPythonModel:
                 first = False
                 flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if out.finished else 0
                 sender.send(pb_utils.InferenceResponse(output_tensors=tensors), flags=flags)
+                final_sent = out.finished
         except Exception as e:  # the request ends with the engine's error, the model keeps serving
+            await self.engine.abort(request_id)
             sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"{type(e).__name__}: {e}")),
                         flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-            await self.engine.abort(request_id)
+            final_sent = True
+        finally:
+            if not final_sent:  # every request ends with a final flag, or Triton holds its stream open
+                try:
+                    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                except Exception as e:  # the stream is already closed: nothing left to end
+                    print(f"layerbench model: could not end {request_id}: {e}", flush=True)
 
     def finalize(self) -> None:
         self.engine.shutdown()

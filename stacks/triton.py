@@ -24,7 +24,7 @@ from harness.server_metrics import LayerMetric
 from stacks.base import PROJECT_ROOT, AppliedConfig, DeploySettings, Endpoint, Stack, StackOptions, register
 from stacks.local import LocalServerStack
 from stacks.procs import free_port, log_tail
-from stacks.vllm import VllmStack, engine_env, installed_vllm_version
+from stacks.vllm import VllmStack, engine_env, has_gpu, installed_vllm_version
 
 TRITON_VENV = PROJECT_ROOT / ".venv-triton"
 MODEL_PY = PROJECT_ROOT / "scripts" / "triton_vllm_model.py"
@@ -105,10 +105,13 @@ class TritonStack(LocalServerStack):
         if e.extra_args:
             raise LayerbenchError("engine.extra_args are vLLM CLI flags and cannot be forwarded to the Triton "
                                   "model's engine arguments; set the equivalent profile fields instead")
-        return {"model": str(s.model_path), "served_model_name": s.served_model_name,
+        spec = {"model": str(s.model_path), "served_model_name": s.served_model_name,
                 "max_model_len": e.max_model_len, "max_num_seqs": e.max_num_seqs, "dtype": e.dtype,
                 "enforce_eager": e.enforce_eager, "enable_prefix_caching": e.enable_prefix_caching,
                 "report_engine_metrics": self.options.report_engine_metrics}
+        if has_gpu():
+            spec["gpu_memory_utilization"] = e.gpu_memory_utilization
+        return spec
 
     def write_repository(self) -> None:
         version = self.model_dir / "1"
@@ -127,7 +130,9 @@ class TritonStack(LocalServerStack):
         venv = backends.parent
         env = {**engine_env(self.settings), "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}",
                # the stub's libpython must be this venv's Python, not whatever the loader finds first
-               "LD_LIBRARY_PATH": f"{libs}:{_python_libdir(venv)}", "LC_ALL": "C.UTF-8"}
+               "LD_LIBRARY_PATH": ":".join(x for x in (str(libs), str(_python_libdir(venv)),
+                                                       os.environ.get("LD_LIBRARY_PATH")) if x),
+               "LC_ALL": "C.UTF-8"}
         cmd = [str(binary), f"--model-repository={self.repo}", f"--backend-directory={backends}",
                "--http-address=127.0.0.1", f"--http-port={self.port}", "--grpc-address=127.0.0.1",
                f"--grpc-port={self.grpc_port}", "--metrics-address=127.0.0.1", f"--metrics-port={self.metrics_port}",
@@ -206,7 +211,9 @@ class TritonStack(LocalServerStack):
                             per="nv_inference_request_success", note="time a request waited in Triton's scheduler "
                             "before the model's execute()"),
                 LayerMetric(key="pending peak", family="nv_inference_pending_request_count", how="peak",
-                            note="requests in Triton not yet handed to the model, highest value scraped"),
+                            note="requests in Triton not yet handed to the model, the highest value scraped during "
+                            "the window (needs `scrape: interval`; the default reads metrics only at the window's "
+                            "edges, where it shows —)"),
                 LayerMetric(key="execute() µs/request", family="nv_inference_request_duration_us", how="per",
                             per="nv_inference_request_success", note=decoupled))
 

@@ -108,6 +108,11 @@ def test_layer_metrics_per_level(tmp_path):
     assert s.layer == {"queue µs/request": pytest.approx(490.0), "pending peak": 3.0,
                        "execute() µs/request": pytest.approx(200.0)}
     assert summarise([nv_scrape(0, 1000, 10, 0, 5000)], (), ()).layer == {}  # nothing declared, nothing guessed
+    # the default policy scrapes only at the window's edges, where the queue is idle: no peak is claimed
+    edges = [nv_scrape(0, 1000, 10, 0, 5000) | {"phase": "start"},
+             nv_scrape(1, 50_000, 110, 3, 25_000) | {"phase": "end"}]
+    at_edges = summarise(edges, (), declared).layer
+    assert "pending peak" not in at_edges and at_edges["queue µs/request"] == pytest.approx(490.0)
 
 
 def test_audit_lists_the_layers_own_families():
