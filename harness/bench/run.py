@@ -26,7 +26,9 @@ SECTIONS: tuple[Section, ...] = (accuracy.section, resolution.section, capacity.
 INTRO = [
     "Three clients take turns against the same reference engine (`stacks/refengine/`, of exactly known timing): "
     "layerbench's own streaming client, a minimal raw-socket *floor* client written for this benchmark, and "
-    "`vllm bench serve` from the engine environment.",
+    "`vllm bench serve` from the engine environment. In the accuracy section layerbench's Triton client "
+    "(`layerbench triton`, Triton's `generate_stream`, which the reference engine also speaks) takes its turn too, "
+    "judged against the same floor.",
 ]
 
 
