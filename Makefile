@@ -28,7 +28,7 @@ ARGS ?=
 LB := $(VENV)/bin/layerbench
 
 # stacks that need the engine environment and the model; the others only need the client
-ENGINE_STACKS := vllm ray triton
+ENGINE_STACKS := vllm ray triton kserve
 needs = $(if $(filter $(STACK),$(ENGINE_STACKS)),setup $(if $(filter ray triton,$(STACK)),$(STAMPS)/$(STACK)),client)
 
 setup-ray: setup $(STAMPS)/ray

@@ -64,6 +64,7 @@ class CompareSummary(BaseModel):
     stack: str
     baseline_stack: str
     in_request_path: bool
+    shape: str | None = None  # which form of the stack, where it has several (KServe: "raw mode")
     profile: str
     repeats: int
     versions: dict[str, str]
@@ -223,6 +224,7 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
                                 f"invocation measured {run.engine_version}")
     summary = CompareSummary(
         run_id=writer.run_id, stack=stack.kind, baseline_stack=baseline.kind, in_request_path=stack.in_request_path,
+        shape=stack.shape(),
         profile=profile.name, repeats=repeats, versions=versions,
         version_match=versions["baseline"] == versions["stack"],
         applied={}, settings_match=False, settings_mismatches=[], options=dict(stack.settings.options),

@@ -253,7 +253,7 @@ def _headline(s: CompareSummary) -> list[str]:
 def write_report(s: CompareSummary, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     images = plots(s, out_dir)
-    title = f"layerbench: {s.stack} vs {s.baseline_stack} — {s.run_id}"
+    title = f"layerbench: {s.stack}{f' ({s.shape})' if s.shape else ''} vs {s.baseline_stack} — {s.run_id}"
     md = [f"# {title}", "", *_headline(s), ""]
     for name, caption, header, rows in tables(s):
         md += [f"## {name}", "", *([caption, ""] if caption else []), markdown_table(header, rows), ""]

@@ -175,6 +175,11 @@ class Stack(ABC):
         """The layer's own figures to summarise per level from its metric endpoints (Triton: queue time)."""
         return ()
 
+    def shape(self) -> str | None:
+        """Which form of the stack this deployment is, where it has several (KServe's modes); the report's
+        first line names it."""
+        return None
+
     def observability_note(self) -> str | None:
         """One sentence on a setting that decides what the engine's metrics look like behind this stack."""
         return None

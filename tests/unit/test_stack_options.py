@@ -35,6 +35,7 @@ def build(kind: str, **options: Any):
     ("ray", "port", 70000, "less than or equal to 65535"),
     ("vllm", "port", 0, "greater than or equal to 1"),
     ("triton", "report_engine_metrics", "maybe", "valid boolean"),
+    ("kserve", "mode", "serverless", "'raw'"),
     ("triton", "port", 0, "greater than or equal to 1"),
     ("sim", "fail_500", 1.5, "less than or equal to 1"),
     ("sim", "tokens_per_chunk", 0, "greater than or equal to 1"),

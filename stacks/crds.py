@@ -1,0 +1,74 @@
+"""Validation of rendered custom resources (KServe InferenceService and ServingRuntime, KubeRay RayService)
+against the `openAPIV3Schema` of their real CRDs, read in place from a CRD directory.
+
+Strict: an object field the schema does not declare is an error (a typo such as `minReplica` would be
+silently pruned by the API server and the deployment would not be the one measured), except where the CRD
+allows unknown fields (`x-kubernetes-preserve-unknown-fields`)."""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.errors import LayerbenchError
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# the CRDs this project validates against live beside the checkout, not in it; LAYERBENCH_CRD_DIR overrides
+DEFAULT_CRD_DIR = PROJECT_ROOT.parent / "shared" / "crds"
+
+
+def crd_dir() -> Path:
+    return Path(os.environ.get("LAYERBENCH_CRD_DIR") or DEFAULT_CRD_DIR)
+
+
+def crd_schema(api_version: str, kind: str, directory: Path | None = None) -> dict[str, Any]:
+    """The openAPIV3Schema of `kind` at `api_version` (group/version) from the CRD files in `directory`."""
+    return _schema(api_version, kind, directory or crd_dir())
+
+
+@functools.lru_cache(maxsize=16)
+def _schema(api_version: str, kind: str, directory: Path) -> dict[str, Any]:
+    group, _, version = api_version.rpartition("/")
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the CRDs are megabytes of YAML
+    for path in sorted(directory.glob("*.yaml")):
+        text = path.read_text()
+        if "CustomResourceDefinition" not in text or f"kind: {kind}\n" not in text:
+            continue
+        for doc in yaml.load_all(text, Loader=loader):
+            if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
+                continue
+            spec = doc.get("spec", {})
+            if spec.get("group") != group or spec.get("names", {}).get("kind") != kind:
+                continue
+            for v in spec.get("versions", []):
+                if v.get("name") == version:
+                    return strict(v["schema"]["openAPIV3Schema"])
+    raise LayerbenchError(f"no CRD for {kind} {api_version} in {directory} (set LAYERBENCH_CRD_DIR)")
+
+
+def strict(schema: Any) -> Any:
+    """The schema with undeclared object fields refused, unless the CRD preserves unknown fields there."""
+    if isinstance(schema, list):
+        return [strict(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: strict(v) for k, v in schema.items()}
+    if ("properties" in schema and "additionalProperties" not in schema
+            and not schema.get("x-kubernetes-preserve-unknown-fields")):
+        out["additionalProperties"] = False
+    return out
+
+
+def validate(obj: dict[str, Any], directory: Path | None = None) -> list[str]:
+    """One line per schema violation of `obj` ("Kind/name: path: message"); [] when it is valid."""
+    import jsonschema
+
+    schema = crd_schema(obj["apiVersion"], obj["kind"], directory)
+    who = f"{obj['kind']}/{obj.get('metadata', {}).get('name', '?')}"
+    errors = jsonschema.Draft7Validator(schema).iter_errors(obj)
+    return [f"{who}: {'.'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}"
+            for e in sorted(errors, key=lambda e: list(map(str, e.absolute_path)))]

@@ -1,0 +1,36 @@
+"""A small compare of KServe RawDeployment's request path (the vLLM ServingRuntime's predictor process, run
+locally as the pod would run it) against bare vLLM from the same environment. Slow: two vLLM start-ups."""
+
+from __future__ import annotations
+
+import json
+
+import psutil
+import pytest
+import yaml
+
+from stacks.crds import crd_dir, validate
+
+pytestmark = pytest.mark.slow
+
+
+def test_kserve_raw_compare_small(tmp_path, small_compare):
+    rc, run, s = small_compare("kserve")
+    assert rc == 0, s.failures
+    assert s.versions["baseline"] == s.versions["stack"] == "0.32.0" and s.settings_match, s.settings_mismatches
+    assert s.in_request_path is False and s.shape == "raw mode"
+    md = (tmp_path / "reports" / run.name / "report.md").read_text()
+    assert md.startswith(f"# layerbench: kserve (raw mode) vs vllm — {run.name}")
+    for lv in s.levels:
+        assert lv.baseline_tok_s > 0 and lv.stack_tok_s > 0 and lv.delta_pct is not None
+    # the pod's process: the runtime's flags as rendered, the model path and port substituted, on loopback
+    meta = json.loads((run / "run.json").read_text())
+    stack = meta["deployments"]["stack"]
+    manifests = list(yaml.safe_load_all(open(stack["manifests"])))
+    assert [m["kind"] for m in manifests] == ["ServingRuntime", "InferenceService"]
+    if (crd_dir() / "serving.kserve.io_inferenceservices.yaml").exists():
+        assert [e for m in manifests for e in validate(m)] == []
+    assert not s.runs["stack"].exposed_ports
+    # every vllm:* family of the baseline is on the predictor's own /metrics, as the study found
+    assert set(s.audit.counts) == {"survives"}, s.audit.counts
+    assert not [p for p in stack["pids"] if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
