@@ -15,8 +15,8 @@ from typing import Any
 import yaml
 
 from harness.errors import LayerbenchError
+from stacks.base import PROJECT_ROOT
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # the CRDs this project validates against live beside the checkout, not in it; LAYERBENCH_CRD_DIR overrides
 DEFAULT_CRD_DIR = PROJECT_ROOT.parent / "shared" / "crds"
 

@@ -36,7 +36,6 @@ class KServeStack(VllmStack):
 
     def __init__(self, settings: DeploySettings):
         super().__init__(settings, venv=ENGINE_VENV)
-        self.log_path = settings.log_dir / f"kserve-{self.port}.log"
         self.manifests: list[dict] = []
 
     def deploy(self) -> None:

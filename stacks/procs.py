@@ -134,7 +134,7 @@ class ManagedProcess:
             # children that left the group (setsid) are still ours: signal them by pid
             for p in list(self._seen.values()):
                 try:
-                    if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    if running(p):
                         p.send_signal(sig)
                 except psutil.NoSuchProcess:
                     pass
@@ -149,11 +149,19 @@ class ManagedProcess:
         survivors = []
         for p in self._seen.values():
             try:
-                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                if running(p):
                     survivors.append(f"pid {p.pid} ({p.name()})")
             except psutil.NoSuchProcess:
                 pass
         return survivors
+
+
+def running(p: psutil.Process) -> bool:
+    """Still running: not gone, not a zombie waiting to be reaped."""
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 class Leftovers:

@@ -23,7 +23,7 @@ from harness.errors import LayerbenchError
 from harness.server_metrics import LayerMetric
 from stacks.base import PROJECT_ROOT, AppliedConfig, DeploySettings, Endpoint, Stack, StackOptions, register
 from stacks.local import LocalServerStack
-from stacks.procs import free_port, log_tail
+from stacks.procs import free_port, log_tail, running
 from stacks.vllm import VllmStack, engine_env, has_gpu, installed_vllm_version
 
 TRITON_VENV = PROJECT_ROOT / ".venv-triton"
@@ -88,7 +88,6 @@ class TritonStack(LocalServerStack):
         super().__init__(settings)
         self.grpc_port, self.metrics_port = free_port(), free_port()
         self.repo = settings.log_dir / f"triton-repo-{self.port}"
-        self.log_path = settings.log_dir / f"triton-{self.port}.log"
         self.metadata: dict = {}
         self.model_procs: list[tuple[psutil.Process, str]] = []  # the Python stub and the engine's, once ready
 
@@ -180,7 +179,7 @@ class TritonStack(LocalServerStack):
         if reason := super().dead():
             return reason
         for p, role in self.model_procs:
-            if not _alive(p):
+            if not running(p):
                 return f"Triton's {role} (pid {p.pid}) exited: the model no longer serves; see {self.log_path}"
         return None
 
@@ -255,13 +254,6 @@ def _role(p: psutil.Process) -> str | None:
     if cmd and cmd[0].endswith("triton_python_backend_stub"):
         return "Python stub"
     return cmd[0] if cmd and cmd[0].startswith("VLLM::") else None
-
-
-def _alive(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def _python_libdir(venv: Path) -> Path:

