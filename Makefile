@@ -16,6 +16,8 @@ RAY_VERSION := 2.60.0
 PYTRITON_VERSION := 0.7.0
 TRITONCLIENT_VERSION := 2.73.0
 TRITON_VENV := .venv-triton
+KSERVE_VERSION := 0.21.0
+KSERVE_VENV := .venv-kserve
 MODEL_DIR := .cache/models/tiny-qwen2
 STAMPS := .stamps
 STACK ?= vllm
@@ -29,12 +31,13 @@ LB := $(VENV)/bin/layerbench
 
 # stacks that need the engine environment and the model; the others only need the client
 ENGINE_STACKS := vllm ray triton kserve
-needs = $(if $(filter $(STACK),$(ENGINE_STACKS)),setup $(if $(filter ray triton,$(STACK)),$(STAMPS)/$(STACK)),client)
+needs = $(if $(filter $(STACK),$(ENGINE_STACKS)),setup $(if $(filter ray triton kserve,$(STACK)),$(STAMPS)/$(STACK)),client)
 
 setup-ray: setup $(STAMPS)/ray
 setup-triton: setup $(STAMPS)/triton
+setup-kserve: setup $(STAMPS)/kserve
 
-.PHONY: setup setup-ray setup-triton client run compare audit report soak test test-fast lint bench-harness clean help
+.PHONY: setup setup-ray setup-triton setup-kserve client run compare audit report soak test test-fast lint bench-harness clean help
 help:
 	@sed -n '2,10p' Makefile
 
@@ -61,6 +64,10 @@ $(STAMPS)/triton: $(STAMPS)/engine $(STAMPS)/client scripts/setup_triton.sh
 	bash scripts/setup_triton.sh $(TRITON_VENV) $(ENGINE_VENV) $(VENV) $(PYTRITON_VERSION) $(TRITONCLIENT_VERSION)
 	@touch $@
 
+$(STAMPS)/kserve: $(STAMPS)/engine scripts/setup_kserve.sh
+	bash scripts/setup_kserve.sh $(KSERVE_VENV) $(ENGINE_VENV) $(KSERVE_VERSION)
+	@touch $@
+
 $(STAMPS)/model: scripts/make_model.py $(STAMPS)/engine
 	$(ENGINE_VENV)/bin/python scripts/make_model.py $(MODEL_DIR)
 	@touch $@
@@ -85,7 +92,7 @@ bench-harness: setup
 	$(LB) bench-harness $(ARGS)
 
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
-test: setup $(STAMPS)/ray $(STAMPS)/triton
+test: setup $(STAMPS)/ray $(STAMPS)/triton $(STAMPS)/kserve
 	$(VENV)/bin/ruff check harness stacks tests scripts
 	$(VENV)/bin/pytest -v tests
 

@@ -1,66 +1,245 @@
-"""KServe RawDeployment, local target (`raw` mode): the vLLM ServingRuntime and InferenceService are rendered
-exactly as the k8s target would apply them (kept with the run's logs), and the predictor pod's process (the
-runtime container's command, args and env, with the model path and port the pod would get) runs on this
-machine on 127.0.0.1 from the engine environment. That is the request path RawDeployment creates, minus the
-cluster network: KServe itself is not in it. Baseline: bare vLLM from the same environment and settings.
+"""KServe, local target. Two different things carry the name, so the stack has three modes (`--opt mode=`):
 
-The study measured −2.2% at c=64 for this setup, within noise, with every `vllm:*` family kept."""
+- raw (default; the study's setup): KServe RawDeployment with a vLLM ServingRuntime. The ServingRuntime and
+  InferenceService are rendered exactly as the k8s target would apply them (kept with the run's logs), and the
+  predictor pod's process (the runtime container's command, args and env, with the model path and port the
+  pod would get) runs here on 127.0.0.1. That is the request path RawDeployment creates, minus the cluster
+  network: KServe itself is not in it. The study measured −2.2% at c=64 for it, within noise, every
+  `vllm:*` family kept.
+- inprocess: KServe's own data plane, `kserve.ModelServer` with an OpenAIGenerativeModel of ours running
+  vLLM's async engine in the same process (the design of KServe's Hugging Face runtime): every request goes
+  through KServe's REST server and OpenAI layer. The engine's `vllm:*` families are in that process's
+  registry, served by KServe's `/metrics`.
+- proxy: KServe's OpenAIProxyModel in front of a bare vLLM server: only KServe's code is added to the path;
+  `vllm:*` stays on the engine's own port.
+
+Baselines: bare vLLM from the same environment with the same settings (raw: the engine environment; the
+other modes: the KServe environment, which is the engine environment's vLLM with the kserve SDK beside it,
+see scripts/setup_kserve.sh)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Literal
 
+import psutil
 import yaml
 from pydantic import Field
+from rich.console import Console
 
 from harness.errors import LayerbenchError
-from stacks.base import ENGINE_VENV, DeploySettings, Stack, StackOptions, register
+from stacks.base import (
+    ENGINE_VENV,
+    PROJECT_ROOT,
+    AppliedConfig,
+    DeploySettings,
+    Endpoint,
+    Stack,
+    StackOptions,
+    register,
+)
 from stacks.kserve_manifests import pod_process, render
-from stacks.vllm import VllmStack, engine_args, engine_env, engine_python
+from stacks.procs import running, wait_http_ready
+from stacks.vllm import VllmStack, engine_args, engine_env, engine_python, has_gpu, installed_vllm_version
+
+KSERVE_VENV = PROJECT_ROOT / ".venv-kserve"
+SERVER = PROJECT_ROOT / "scripts" / "kserve_server.py"
+ROUTE_PREFIX = "/openai"  # KServe's OpenAI routes: /openai/v1/completions, /openai/v1/models
+
+MODES = {
+    "raw": "RawDeployment: the vLLM ServingRuntime's own server; KServe only in the control plane",
+    "inprocess": "KServe's ModelServer with vLLM's engine in its process (the Hugging Face runtime's design)",
+    "proxy": "KServe's OpenAIProxyModel in front of bare vLLM: only KServe's code added to the path",
+}
 
 
 class KServeOptions(StackOptions):
-    mode: Literal["raw"] = Field("raw", description="raw: the predictor pod's vLLM process as RawDeployment "
-                                 "runs it (KServe only in the control plane)")
+    mode: Literal["raw", "inprocess", "proxy"] = Field(
+        "raw", description="raw: the predictor pod's vLLM process as RawDeployment runs it (KServe not in the "
+        "request path); inprocess: KServe's ModelServer running vLLM in-process; proxy: KServe's "
+        "OpenAIProxyModel in front of bare vLLM")
+    latency_logging: bool = Field(True, description="KServe's per-request latency log lines (its default: on); "
+                                  "not used in raw mode")
 
 
 @register
 class KServeStack(VllmStack):
     kind = "kserve"
-    in_request_path = False  # RawDeployment: KServe creates the pod and leaves the request path
-    description = "KServe RawDeployment: the vLLM ServingRuntime's predictor process, as the pod runs it"
-    server_name = "KServe predictor (vLLM)"
+    in_request_path = False  # raw mode; the instance says True for the modes where KServe serves the request
+    description = "KServe: RawDeployment's predictor process (raw), or KServe's own data plane (inprocess, proxy)"
+    server_name = "KServe"
     Options = KServeOptions
     options: KServeOptions
 
     def __init__(self, settings: DeploySettings):
         super().__init__(settings, venv=ENGINE_VENV)
+        self.mode = self.options.mode
+        self.in_request_path = self.mode != "raw"  # type: ignore[misc]
+        if self.mode != "raw":
+            self.venv = KSERVE_VENV
         self.manifests: list[dict] = []
+        # proxy: the bare vLLM the proxy forwards to, deployed and torn down with the stack
+        self.engine = VllmStack(settings.model_copy(update={"options": {}}), venv=KSERVE_VENV) \
+            if self.mode == "proxy" else None
+        self.engine_procs: list[psutil.Process] = []  # inprocess: vLLM's engine processes, watched once ready
 
+    @property
+    def config_path(self) -> Path:
+        return self.settings.log_dir / f"kserve-{self.port}.json"
+
+    @property
+    def applied_path(self) -> Path:
+        return self.settings.log_dir / f"kserve-{self.port}-applied.json"
+
+    # --- deploy ---
     def deploy(self) -> None:
         if not self.settings.model_path.exists():
             raise LayerbenchError(f"model not found at {self.settings.model_path}: run `make setup`")
         self.check_ports()
+        {"raw": self._deploy_raw, "inprocess": self._deploy_server, "proxy": self._deploy_proxy}[self.mode]()
+
+    def _deploy_raw(self) -> None:
         self.manifests = render(self.settings, engine_args(self.settings), name=self.settings.served_model_name)
         out = self.settings.log_dir / "manifests"
         out.mkdir(parents=True, exist_ok=True)
         (out / "kserve-raw.yaml").write_text(yaml.safe_dump_all(self.manifests, sort_keys=False))
         cmd, env = pod_process(*self.manifests, self.settings.model_path, self.port)
-        python = str(engine_python(self.venv))
         if cmd[0] not in ("python", "python3"):
             raise LayerbenchError(f"the ServingRuntime's command {cmd[0]!r} is not vLLM's Python server")
-        self.start([python, *cmd[1:]], {**engine_env(self.settings), **env})
+        self.start([str(engine_python(self.venv)), *cmd[1:]], {**engine_env(self.settings), **env})
+
+    def _deploy_proxy(self) -> None:
+        assert self.engine is not None
+        self.engine.deploy()
+        self._deploy_server()
+
+    def _deploy_server(self) -> None:
+        if not (self.venv / "bin" / "python").exists():
+            raise LayerbenchError(f"KServe's SDK is not installed ({self.venv} missing): run `make setup-kserve`")
+        self.settings.log_dir.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(json.dumps(self.server_config(), indent=2))
+        self.start([str(engine_python(self.venv)), str(SERVER), str(self.config_path)], engine_env(self.settings))
+
+    def server_config(self) -> dict:
+        """What scripts/kserve_server.py runs: the mode, the port, and the engine (in-process: the baseline's
+        settings as AsyncEngineArgs; proxy: the bare vLLM's address)."""
+        cfg = {"mode": self.mode, "name": self.settings.served_model_name, "host": "127.0.0.1", "port": self.port,
+               "latency_logging": self.options.latency_logging, "applied": str(self.applied_path)}
+        if self.engine is not None:
+            return {**cfg, "predictor_url": self.engine.endpoint().base_url,
+                    "read_timeout_s": 30.0}
+        e, s = self.settings.engine, self.settings
+        if e.extra_args:
+            raise LayerbenchError("engine.extra_args are vLLM CLI flags and cannot be forwarded to the in-process "
+                                  "engine's arguments; set the equivalent profile fields instead")
+        spec = {"model": str(s.model_path), "served_model_name": s.served_model_name,
+                "max_model_len": e.max_model_len, "max_num_seqs": e.max_num_seqs, "dtype": e.dtype,
+                "enforce_eager": e.enforce_eager, "enable_prefix_caching": e.enable_prefix_caching}
+        if has_gpu():
+            spec["gpu_memory_utilization"] = e.gpu_memory_utilization
+        return {**cfg, "engine": spec}
+
+    def wait_ready(self, timeout: float, console: Console | None = None) -> float:
+        if self.mode == "raw":
+            return super().wait_ready(timeout, console)
+        assert self.proc is not None, "deploy() first"
+        waited = self.engine.wait_ready(timeout, console) if self.engine is not None else 0.0
+        # the model's own route: 503 until its engine has started (in-process) or its upstream is healthy
+        url = f"{self.endpoint().base_url}/v1/models/{self.settings.served_model_name}"
+        waited += wait_http_ready(url, timeout, f"KServe ({self.mode})", self.proc.alive, self.log_path, console)
+        tree = self.proc.tree()
+        self.engine_procs = [p for p in tree if _title(p).startswith("VLLM::")]
+        return waited
+
+    # --- teardown and liveness ---
+    def teardown(self) -> None:
+        try:
+            super().teardown()
+        finally:
+            if self.engine is not None:
+                self.engine.teardown()
+
+    def dead(self) -> str | None:
+        """KServe's server outlives vLLM's engine processes (in-process) and its upstream (proxy), answering
+        every request with an error: those are watched as well."""
+        if reason := super().dead():
+            return reason
+        if self.engine is not None and (reason := self.engine.dead()):
+            return f"the bare vLLM behind KServe's proxy: {reason}"
+        for p in self.engine_procs:
+            if not running(p):
+                return f"vLLM's {_title(p)} (pid {p.pid}) inside KServe exited; see {self.log_path}"
+        return None
+
+    def processes(self) -> dict[str, list[psutil.Process]]:
+        procs = super().processes()
+        if self.engine is not None:
+            procs.update(self.engine.processes())
+        return procs
+
+    def ports(self) -> list[int]:
+        return [self.port]
+
+    # --- where things are ---
+    def endpoint(self) -> Endpoint:
+        base = f"http://127.0.0.1:{self.port}"
+        return Endpoint(base_url=base if self.mode == "raw" else base + ROUTE_PREFIX,
+                        model=self.settings.served_model_name)
+
+    def metric_endpoints(self) -> dict[str, str]:
+        api = {"api": f"http://127.0.0.1:{self.port}/metrics"}  # KServe serves /metrics at its root
+        return {**api, "engine": f"{self.engine.endpoint().base_url}/metrics"} if self.engine is not None else api
 
     def shape(self) -> str:
-        return f"{self.options.mode} mode"
+        return f"{self.mode} mode"
+
+    def observability_note(self) -> str | None:
+        return {"raw": None,
+                "inprocess": "vLLM runs inside KServe's process: its stat loggers register the vllm:* families in "
+                             "that process's Prometheus registry, which KServe's /metrics serves on its REST port",
+                "proxy": "KServe's /metrics has only its process's own figures: the vllm:* families stay on the "
+                         "bare vLLM's port behind the proxy, which a user of the KServe endpoint does not scrape",
+                }[self.mode]
 
     def log_locations(self) -> dict[str, Path]:
-        return {"engine": self.log_path}
+        return {"engine": (self.engine.log_path if self.engine is not None else self.log_path)}
+
+    # --- what runs ---
+    def applied_file(self) -> dict:
+        try:
+            return json.loads(self.applied_path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def verify_config(self) -> AppliedConfig:
+        if self.mode != "inprocess":
+            return super().verify_config() if self.engine is None else self.engine.verify_config()
+        cfg = super().verify_config()  # KV cache and concurrency from vLLM's log lines in KServe's log
+        cfg.max_model_len = self.applied_file().get("max_model_len")  # KServe's model list does not carry it
+        return cfg
+
+    def engine_version(self) -> str:
+        if self.engine is not None:
+            return self.engine.engine_version()
+        if self.mode == "inprocess":
+            return self.applied_file().get("vllm_version") or installed_vllm_version(self.venv)
+        return super().engine_version()
 
     def baseline(self) -> Stack:
         return VllmStack(self.settings.model_copy(update={"options": {}}), venv=self.venv)
 
     def describe(self) -> dict:
-        return {**super().describe(), "mode": self.options.mode,
-                "manifests": str(self.settings.log_dir / "manifests" / "kserve-raw.yaml")}
+        extra = {"manifests": str(self.settings.log_dir / "manifests" / "kserve-raw.yaml")} if self.mode == "raw" \
+            else {"server_config": str(self.config_path)}
+        if self.engine is not None:
+            extra["upstream"] = self.engine.describe()
+        return {**super().describe(), "mode": self.mode, "mode_means": MODES[self.mode], **extra}
+
+
+def _title(p: psutil.Process) -> str:
+    try:
+        cmd = p.cmdline()
+    except psutil.Error:
+        return ""
+    return cmd[0] if cmd else ""

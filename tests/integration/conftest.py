@@ -16,13 +16,14 @@ OUTPUT_TOKENS = 16
 
 @pytest.fixture
 def small_compare(tmp_path, write_profile) -> Callable[[str], tuple[int, Path, CompareSummary]]:
-    """compare(stack) at c=1 and c=4, one repeat, 16 output tokens: (exit code, run folder, its compare.json)."""
+    """compare(stack, *cli args) at c=1 and c=4, one repeat, 16 output tokens: (exit code, run folder, its
+    compare.json)."""
 
-    def run(stack: str) -> tuple[int, Path, CompareSummary]:
+    def run(stack: str, *args: str) -> tuple[int, Path, CompareSummary]:
         profile = write_profile(concurrency=[1, 4], requests=20, requests_per_concurrency=0, min_duration_s=3,
                                 input_tokens=48, output_tokens=OUTPUT_TOKENS, engine=ENGINE)
         rc = main(["compare", "--stack", stack, "--profile", str(profile), "--repeats", "1",
-                   "--results-dir", str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports")])
+                   "--results-dir", str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports"), *args])
         folder = next((tmp_path / "results").iterdir())
         return rc, folder, CompareSummary.model_validate_json((folder / "compare.json").read_text())
 

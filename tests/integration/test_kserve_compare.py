@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from stacks.crds import crd_dir, validate
+from tests.integration.conftest import assert_version_matched
 
 pytestmark = pytest.mark.slow
 
@@ -32,5 +33,31 @@ def test_kserve_raw_compare_small(tmp_path, small_compare):
         assert [e for m in manifests for e in validate(m)] == []
     assert not s.runs["stack"].exposed_ports
     # every vllm:* family of the baseline is on the predictor's own /metrics, as the study found
+    assert set(s.audit.counts) == {"survives"}, s.audit.counts
+    assert not [p for p in stack["pids"] if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.parametrize("mode", ["inprocess", "proxy"])
+def test_kserve_data_plane_compare_small(tmp_path, small_compare, mode):
+    """KServe's own server in the request path: ModelServer with vLLM in its process, or its OpenAI proxy in
+    front of bare vLLM. Bound to loopback, version-matched, and the audit says where vllm:* went."""
+    rc, run, s = small_compare("kserve", "--opt", f"mode={mode}")
+    assert rc == 0, s.failures
+    assert_version_matched(s, "vLLM's startup log not found where the KServe stack said it is")
+    assert s.in_request_path is True and s.shape == f"{mode} mode"
+    md = (tmp_path / "reports" / run.name / "report.md").read_text()
+    assert md.startswith(f"# layerbench: kserve ({mode} mode) vs vllm — {run.name}")
+    for lv in s.levels:
+        assert lv.baseline_tok_s > 0 and lv.stack_tok_s > 0 and lv.delta_pct is not None
+    # KServe's REST server is on 127.0.0.1 (the SDK hard-codes 0.0.0.0) and its gRPC server is off
+    assert not s.runs["stack"].exposed_ports
+    meta = json.loads((run / "run.json").read_text())
+    stack = meta["deployments"]["stack"]
+    assert stack["mode"] == mode and (stack["upstream"] if mode == "proxy" else True)
+    # where vllm:* went: in-process, the engine's registry is KServe's, so KServe's own /metrics has every
+    # family; behind the proxy, only the engine's port has them
+    base = next(e.vllm_families for e in s.audit.endpoints if e.label == "baseline" and e.name == "api")
+    seen = {e.name: e.vllm_families for e in s.audit.endpoints if e.label == "stack"}
+    assert base > 0 and seen == ({"api": base} if mode == "inprocess" else {"api": 0, "engine": base}), seen
     assert set(s.audit.counts) == {"survives"}, s.audit.counts
     assert not [p for p in stack["pids"] if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
