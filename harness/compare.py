@@ -23,7 +23,7 @@ from harness.resume import ResumePlan, ResumeRefused
 from harness.session import Sides, baseline_then_stack, sides
 from harness.steady import likely_cause
 from harness.sweep import LevelSummary, RunSummary
-from stacks.base import AppliedConfig, Stack
+from stacks.base import AppliedConfig, PublishedResult, Stack
 
 
 class LevelDelta(BaseModel):
@@ -65,6 +65,7 @@ class CompareSummary(BaseModel):
     baseline_stack: str
     in_request_path: bool
     shape: str | None = None  # which form of the stack, where it has several (KServe: "raw mode")
+    published: PublishedResult | None = None  # what a study measured for this shape (the report compares)
     profile: str
     repeats: int
     versions: dict[str, str]
@@ -224,7 +225,7 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
                                 f"invocation measured {run.engine_version}")
     summary = CompareSummary(
         run_id=writer.run_id, stack=stack.kind, baseline_stack=baseline.kind, in_request_path=stack.in_request_path,
-        shape=stack.shape(),
+        shape=stack.shape(), published=stack.published(),
         profile=profile.name, repeats=repeats, versions=versions,
         version_match=versions["baseline"] == versions["stack"],
         applied={}, settings_match=False, settings_mismatches=[], options=dict(stack.settings.options),

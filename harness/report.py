@@ -207,6 +207,19 @@ def plots(s: CompareSummary, out: Path) -> list[str]:
     return made
 
 
+def _published(s: CompareSummary) -> list[str]:
+    """Whether this run agrees with the published measurement of the same shape (same verdict at its level)."""
+    p = s.published
+    if p is None:
+        return []
+    said = f"- {p.source} measured {p.delta_pct:+.1f}% at c={p.concurrency} ({p.verdict}); "
+    lv = next((lv for lv in s.levels if lv.concurrency == p.concurrency and lv.delta_pct is not None), None)
+    if lv is None:
+        return [said + f"this run has no c={p.concurrency} level to hold it to"]
+    agrees = "agrees" if lv.verdict == p.verdict else "does not agree"
+    return [said + f"this run: {lv.delta_pct:+.1f}% ({lv.verdict}), which {agrees}"]
+
+
 def _headline(s: CompareSummary) -> list[str]:
     top = s.levels[-1] if s.levels else None
     aa = " (A/A: a second deployment of the same bare vLLM, this host's noise floor)" if s.stack == "vllm" else ""
@@ -221,6 +234,7 @@ def _headline(s: CompareSummary) -> list[str]:
                      f"({top.delta_pct:+.1f}%, {top.verdict}); goodput {_pct(top.stack_goodput)} vs "
                      f"{_pct(top.baseline_goodput)}; TTFT p95 {fmt(top.stack_ttft_p95_ms)} vs "
                      f"{fmt(top.baseline_ttft_p95_ms)} ms")
+    lines += _published(s)
     lines.append("- engine settings applied identically: " + ("yes" if s.settings_match else
                                                               "NO — " + "; ".join(s.settings_mismatches)))
     for label, why in s.failures.items():

@@ -40,6 +40,15 @@ class AppliedConfig(BaseModel):
     max_concurrency_at_tokens: int | None = None
 
 
+class PublishedResult(BaseModel):
+    """A published measurement of this stack against bare vLLM, which a compare's report holds its run to."""
+
+    concurrency: int
+    delta_pct: float
+    verdict: Literal["overhead", "gain", "within noise"]
+    source: str
+
+
 class DeploySettings(BaseModel):
     """Everything an adapter needs to deploy; the same object goes to a stack and to its baseline."""
 
@@ -178,6 +187,10 @@ class Stack(ABC):
     def shape(self) -> str | None:
         """Which form of the stack this deployment is, where it has several (KServe's modes); the report's
         first line names it."""
+        return None
+
+    def published(self) -> PublishedResult | None:
+        """What a published study measured for this deployment's shape, where one exists."""
         return None
 
     def observability_note(self) -> str | None:

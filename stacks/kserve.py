@@ -35,6 +35,7 @@ from stacks.base import (
     AppliedConfig,
     DeploySettings,
     Endpoint,
+    PublishedResult,
     Stack,
     StackOptions,
     register,
@@ -193,6 +194,12 @@ class KServeStack(VllmStack):
 
     def shape(self) -> str:
         return f"{self.mode} mode"
+
+    def published(self) -> PublishedResult | None:
+        # the study behind this suite: RawDeployment with a vLLM ServingRuntime on one GPU; nothing published
+        # measures KServe's own data plane
+        return PublishedResult(concurrency=64, delta_pct=-2.2, verdict="within noise",
+                               source="The single-GPU study of KServe RawDeployment") if self.mode == "raw" else None
 
     def observability_note(self) -> str | None:
         return {"raw": None,

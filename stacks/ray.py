@@ -23,7 +23,7 @@ from rich.console import Console
 
 from harness.errors import LayerbenchError
 from harness.redact import redact_tree, secret_values
-from stacks.base import DeploySettings, Stack, StackOptions, register
+from stacks.base import DeploySettings, PublishedResult, Stack, StackOptions, register
 from stacks.local import LocalServerStack
 from stacks.procs import (
     free_port,
@@ -170,6 +170,12 @@ class RayStack(LocalServerStack):
 
     def engine_version(self) -> str:
         return installed_vllm_version()
+
+    def published(self) -> PublishedResult | None:
+        # the study's shape: two ingress replicas in front of one engine replica, on one GPU
+        return PublishedResult(concurrency=64, delta_pct=-70.0, verdict="overhead",
+                               source="The single-GPU study of Ray Serve LLM (2 ingress replicas)") \
+            if self.options.ingress_replicas == 2 else None
 
     def baseline(self) -> Stack:
         return VllmStack(self.settings.model_copy(update={"options": {}}))

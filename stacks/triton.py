@@ -21,7 +21,16 @@ from rich.console import Console
 
 from harness.errors import LayerbenchError
 from harness.server_metrics import LayerMetric
-from stacks.base import PROJECT_ROOT, AppliedConfig, DeploySettings, Endpoint, Stack, StackOptions, register
+from stacks.base import (
+    PROJECT_ROOT,
+    AppliedConfig,
+    DeploySettings,
+    Endpoint,
+    PublishedResult,
+    Stack,
+    StackOptions,
+    register,
+)
 from stacks.local import LocalServerStack
 from stacks.procs import free_port, log_tail, running
 from stacks.vllm import VllmStack, engine_env, has_gpu, installed_vllm_version
@@ -234,6 +243,11 @@ class TritonStack(LocalServerStack):
 
     def engine_version(self) -> str:
         return self.applied_file().get("vllm_version") or installed_vllm_version(TRITON_VENV)
+
+    def published(self) -> PublishedResult | None:
+        # the study's author called its c=64 result within noise: a repeat of the same server differed ~10% there
+        return PublishedResult(concurrency=64, delta_pct=-12.6, verdict="within noise",
+                               source="The single-GPU study of Triton's vLLM backend")
 
     def baseline(self) -> Stack:
         """Bare vLLM from the Triton environment: the engine environment's vLLM, with numpy<2 as the stub needs."""
