@@ -5,15 +5,28 @@ by stacks.k8s.cluster. Plain dicts for the objects: they are exactly what goes t
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from harness.errors import LayerbenchError
 
 _QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$"  # a Kubernetes resource quantity
 
 
+def label_value(text: str) -> str:
+    """`text` as a label value: at most 63 of [A-Za-z0-9-_.], starting and ending alphanumeric (the renderers
+    label with it, the cluster side selects with it)."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]", "-", text)[:63]
+    return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", cleaned)
+
+
 class ClusterSettings(BaseModel):
-    """Where and with what the k8s and docker targets deploy (typed; `--opt` style overrides come later)."""
+    """Where and with what the k8s and docker targets deploy: defaults below, overridden by a YAML file of the
+    same keys (`--cluster-config FILE`, `make ... CLUSTER_CONFIG=FILE`; `load_cluster_settings`)."""
 
     model_config = ConfigDict(extra="forbid")
     namespace: str = Field("layerbench", description="namespace for everything a run creates")
@@ -67,3 +80,23 @@ class K8sPlan(BaseModel):
     run_id: str
     namespace: str
     sides: list[Side]
+
+
+def load_cluster_settings(path: str | None) -> ClusterSettings:
+    """The defaults, or a YAML mapping of ClusterSettings keys; one LayerbenchError naming the file and field."""
+    if not path:
+        return ClusterSettings()
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise LayerbenchError(f"cluster config {path} cannot be read: {e.strerror or e}") from None
+    except (yaml.YAMLError, UnicodeDecodeError, ValueError) as e:
+        raise LayerbenchError(f"cluster config {path} is not valid YAML: {str(e)[:300]}") from None
+    if not isinstance(data, dict):
+        raise LayerbenchError(f"cluster config {path}: expected a mapping of settings "
+                              f"({', '.join(ClusterSettings.model_fields)})")
+    try:
+        return ClusterSettings.model_validate(data)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or '?'}: {err['msg']}" for err in e.errors())
+        raise LayerbenchError(f"cluster config {path}: {problems}") from None

@@ -1,0 +1,189 @@
+"""Checks before the k8s target deploys anything, each failing with what to do about it (LayerbenchError, exit
+2): the cluster answers; for KServe its namespace exists and its default deployment mode is RawDeployment;
+the CRDs the run's custom resources need are installed and serve the version the plan uses; a node can give
+an engine pod its GPUs; the PVCs and Secrets the plan's pods use but the plan does not create exist. A check
+the kubeconfig's user may not make (403: nodes and CRDs need cluster-wide read) is a warning, not a failure."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from harness.errors import LayerbenchError
+from stacks.k8s.cluster import Cluster
+from stacks.k8s.kubeapi import CUSTOM_PLURALS, api_error, unreachable
+from stacks.k8s.plan import ClusterSettings
+
+STACK_CRDS = {"kserve": [("serving.kserve.io", "InferenceService", "v1beta1"),
+                         ("serving.kserve.io", "ServingRuntime", "v1alpha1")],
+              "ray": [("ray.io", "RayService", "v1")]}
+INSTALL = {"serving.kserve.io": "install KServe", "ray.io": "install the KubeRay operator"}
+RAW_MODES = ("RawDeployment", "Standard")  # KServe >= 0.15 calls RawDeployment "Standard"
+ISVC_CONFIG = "inferenceservice-config"
+MODE_ANNOTATION = "serving.kserve.io/deploymentMode"
+GPU = "nvidia.com/gpu"
+
+
+def _read(fn: Any, *args: Any) -> dict[str, Any] | None:
+    """An object as JSON, None on 404 (other API errors are the caller's to judge)."""
+    try:
+        return json.loads(fn(*args, _request_timeout=15, _preload_content=False).data)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def check_reachable(cluster: Cluster) -> str:
+    """The server's version; a cluster that does not answer, or refuses the credentials, is one message."""
+    try:
+        info = _read(k8s.VersionApi(cluster.api).get_code) or {}
+    except (urllib3.exceptions.HTTPError, OSError) as e:
+        raise unreachable(cluster.host, e) from None
+    except ApiException as e:
+        raise LayerbenchError(f"the cluster at {cluster.host} refused the kubeconfig's credentials "
+                              f"({api_error(e)}); check KUBECONFIG") from None
+    return str(info.get("gitVersion", "?"))
+
+
+def deployment_mode(deploy: str) -> str | None:
+    """defaultDeploymentMode from the `deploy` key of inferenceservice-config (JSON; `#` comment lines are
+    skipped, as KServe's shipped example has them)."""
+    try:
+        return json.loads(deploy).get("defaultDeploymentMode")
+    except (ValueError, AttributeError):
+        m = re.search(r'^[ \t]*"defaultDeploymentMode"\s*:\s*"([^"]*)"', deploy, re.M)
+        return m.group(1) if m else None
+
+
+def _check_kserve(cluster: Cluster, settings: ClusterSettings) -> None:
+    core, ns = k8s.CoreV1Api(cluster.api), settings.kserve_namespace
+    if _read(core.read_namespace, ns) is None:
+        raise LayerbenchError(f"namespace {ns} missing: KServe is not installed (stack kserve needs its controller "
+                              f"there); install KServe, or set ClusterSettings.kserve_namespace to where it runs")
+    cm = _read(core.read_namespaced_config_map, ISVC_CONFIG, ns)
+    if cm is None:
+        raise LayerbenchError(f"ConfigMap {ns}/{ISVC_CONFIG} missing: KServe's controller reads its settings "
+                              f"there; reinstall KServe")
+    mode = deployment_mode((cm.get("data") or {}).get("deploy", "")) or "Serverless (KServe's default when unset)"
+    if mode in RAW_MODES:
+        return
+    fix = (f"set defaultDeploymentMode to RawDeployment in ConfigMap {ns}/{ISVC_CONFIG}, key deploy "
+           f"(kubectl edit configmap {ISVC_CONFIG} -n {ns}), and restart the KServe controller")
+    # refused even though each InferenceService asks for RawDeployment by annotation: a controller left on
+    # Serverless without Knative and Istio is the setup in which the study's services stayed Ready=False
+    raise LayerbenchError(f"KServe's default deployment mode is {mode}: {fix}")
+
+
+def _check_crds(cluster: Cluster, stacks: Iterable[str], objects: list[dict[str, Any]],
+                warnings: list[str]) -> None:
+    wanted = {(g, k): v for s in stacks for g, k, v in STACK_CRDS.get(s, [])}
+    for o in objects:  # the versions the plan's objects really use win over the defaults above
+        group, _, version = str(o.get("apiVersion", "")).rpartition("/")
+        if (group, o.get("kind")) in CUSTOM_PLURALS:
+            wanted[(group, o["kind"])] = version
+    ext = k8s.ApiextensionsV1Api(cluster.api)
+    for (group, kind), version in sorted(wanted.items()):
+        name = f"{CUSTOM_PLURALS[(group, kind)]}.{group}"
+        try:
+            crd = _read(ext.read_custom_resource_definition, name)
+        except ApiException as e:
+            if e.status != 403:
+                raise LayerbenchError(f"cannot read CRD {name}: {api_error(e)}") from None
+            warnings.append(f"cannot check CRD {name} ({api_error(e)}): creating the {kind} will tell")
+            continue
+        if crd is None:
+            raise LayerbenchError(f"CRD {name} missing: {INSTALL.get(group, 'install its operator')} "
+                                  f"(the run creates a {kind})")
+        served = [v.get("name") for v in (crd.get("spec") or {}).get("versions") or [] if v.get("served")]
+        if version not in served:
+            raise LayerbenchError(f"CRD {name} does not serve {group}/{version} (served: {', '.join(served) or 'none'}"
+                                  f"): upgrade ({INSTALL.get(group, 'its operator')})")
+
+
+def _gpus(node: dict[str, Any]) -> int:
+    try:
+        return int(str(((node.get("status") or {}).get("allocatable") or {}).get(GPU, "0")))
+    except ValueError:
+        return 0
+
+
+def _check_gpus(cluster: Cluster, gpus: int, warnings: list[str]) -> None:
+    try:
+        nodes = (_read(k8s.CoreV1Api(cluster.api).list_node) or {}).get("items") or []
+    except ApiException as e:
+        if e.status != 403:
+            raise LayerbenchError(f"cannot list nodes: {api_error(e)}") from None
+        warnings.append(f"cannot list nodes ({api_error(e)}): not checked that a node has {gpus} {GPU}")
+        return
+    seen = []
+    for node in nodes:
+        cordoned = bool((node.get("spec") or {}).get("unschedulable"))
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in (node.get("status") or {}).get("conditions") or [])
+        if _gpus(node) >= gpus and ready and not cordoned:
+            return
+        state = " cordoned" if cordoned else ("" if ready else " not Ready")
+        seen.append(f"{node['metadata']['name']} {_gpus(node)}{state}")
+    listed = ", ".join(seen[:8]) + (f", and {len(seen) - 8} more" if len(seen) > 8 else "")
+    raise LayerbenchError(f"no node has {GPU} allocatable >= {gpus} (nodes: {listed or 'none'}): install the NVIDIA "
+                          f"device plugin (or GPU Operator), uncordon a GPU node, or lower ClusterSettings.gpus")
+
+
+def _references(node: Any) -> Iterator[tuple[str, str]]:
+    """(kind, name) of every PVC and Secret a manifest's pod specs use, optional ones left out."""
+    if isinstance(node, list):
+        for item in node:
+            yield from _references(item)
+        return
+    if not isinstance(node, dict):
+        return
+    for key, value in node.items():
+        if not isinstance(value, dict | list):
+            continue
+        if key == "persistentVolumeClaim" and isinstance(value, dict) and value.get("claimName"):
+            yield "PersistentVolumeClaim", value["claimName"]
+        elif isinstance(value, dict) and not value.get("optional"):
+            if key in ("secretKeyRef", "secretRef") and value.get("name"):
+                yield "Secret", value["name"]
+            elif key == "secret" and value.get("secretName"):
+                yield "Secret", value["secretName"]
+        elif key == "imagePullSecrets":
+            yield from (("Secret", s["name"]) for s in value if isinstance(s, dict) and s.get("name"))
+        yield from _references(value)
+
+
+def _check_references(cluster: Cluster, objects: list[dict[str, Any]]) -> None:
+    made = {(o.get("kind"), (o.get("metadata") or {}).get("name")) for o in objects}
+    core = k8s.CoreV1Api(cluster.api)
+    read = {"PersistentVolumeClaim": core.read_namespaced_persistent_volume_claim,
+            "Secret": core.read_namespaced_secret}
+    for kind, name in sorted(set(_references(objects)) - made):
+        try:
+            found = _read(read[kind], name, cluster.namespace)
+        except ApiException as e:
+            raise LayerbenchError(f"cannot check {kind} {cluster.namespace}/{name}: {api_error(e)}") from None
+        if found is None:
+            raise LayerbenchError(f"{kind} {name} not found in namespace {cluster.namespace}: the run's pods use it; "
+                                  f"create it there first (see ClusterSettings.hf_cache_pvc, hf_token_secret)")
+
+
+def preflight(cluster: Cluster, settings: ClusterSettings, stacks: Iterable[str],
+              objects: Iterable[dict[str, Any]] = ()) -> list[str]:
+    """Runs every check for a run of `stacks` deploying `objects`; returns warnings, raises the first failure."""
+    stacks, objects = set(stacks), list(objects)
+    warnings: list[str] = []
+    check_reachable(cluster)
+    if "kserve" in stacks:
+        _check_kserve(cluster, settings)
+    _check_crds(cluster, stacks, objects, warnings)
+    if settings.gpus > 0:
+        _check_gpus(cluster, settings.gpus, warnings)
+    _check_references(cluster, objects)
+    return warnings
