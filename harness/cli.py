@@ -17,6 +17,7 @@ from harness.errors import LayerbenchError
 from harness.profile import LoadProfile, load_profile
 from harness.prompts import new_run_id
 from harness.results import RESULTS_DIR, RunWriter
+from harness.targets import add_target_arguments, check_target, run_target
 
 # Wide tables stay readable when output goes to a file or CI log instead of a terminal.
 console = Console(width=None if sys.stdout.isatty() else 170)
@@ -57,14 +58,17 @@ def recorded(writer: RunWriter):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from harness.output import level_table, summary_markdown
-    from harness.session import deploy_and_measure, place
     from stacks.base import get_stack
 
     profile = load_profile(args.profile or "quick")
     stack_cls = get_stack(args.stack)
     run_id = new_run_id(args.stack)
     stack = stack_cls(_settings(args, profile, Path(args.results_dir) / run_id / "logs"))  # validates options
+    if args.target != "local":
+        return run_target("run", args, stack, profile, run_id, args.repeats, console)
+    from harness.output import level_table, summary_markdown
+    from harness.session import deploy_and_measure, place
+
     writer = RunWriter(run_id, Path(args.results_dir), meta={
         "command": "run", "stack": args.stack, "profile": profile.model_dump(), "placement": place(profile),
         "pid": os.getpid()})
@@ -94,21 +98,20 @@ def _settings(args: argparse.Namespace, profile: LoadProfile, log_dir: Path):
     options = parse_options(getattr(args, "opt", None))
     if getattr(args, "port", None):
         options["port"] = args.port
-    return DeploySettings(engine=profile.engine, url=getattr(args, "url", None), log_dir=log_dir, options=options)
+    return DeploySettings(target=getattr(args, "target", "local"), engine=profile.engine,
+                          url=getattr(args, "url", None), log_dir=log_dir, options=options)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     import time
 
-    from harness.compare import latest_aa, observer_effect, run_compare
-    from harness.report import REPORTS_DIR, write_report
-    from harness.resume import plan_resume
-    from harness.session import place
     from stacks.base import get_stack
 
     results = Path(args.results_dir)
     plan = None
     if args.resume:
+        from harness.resume import plan_resume
+
         plan = plan_resume(results, args.resume, args.stack, load_profile(args.profile) if args.profile else None,
                            parse_options(args.opt), args.repeats)
         args.stack, args.opt = plan.stack, [f"{k}={v}" for k, v in plan.options.items()]
@@ -119,6 +122,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     repeats = plan.repeats if plan else args.repeats or max(profile.repeats, 2)  # a noise band needs >= 2 sweeps
     run_id = plan.run_id if plan else new_run_id(f"compare-{args.stack}")
     stack = stack_cls(_settings(args, profile, results / run_id / "logs"))  # validates options
+    if args.target != "local":
+        return run_target("compare", args, stack, profile, run_id, repeats, console)
+    from harness.compare import latest_aa, observer_effect, run_compare
+    from harness.report import REPORTS_DIR, write_report
+    from harness.session import place
+
     placement = place(profile)
     invocation = plan.invocation if plan else 0
     allow_mismatch = plan.allow_version_mismatch if plan else args.allow_version_mismatch
@@ -152,10 +161,6 @@ def cmd_audit(args: argparse.Namespace) -> int:
     """Deploy baseline and stack briefly (and the stack's other shapes, such as Triton with its engine metrics
     on), send a few requests so request-driven families appear, scrape every metric endpoint, and audit what
     survives; no throughput is measured."""
-    from harness.audit import audit_from_scrapes
-    from harness.report import audit_markdown
-    from harness.results import read_jsonl
-    from harness.session import baseline_then_stack, place
     from stacks.base import get_stack
 
     profile = load_profile(args.profile or "quick").model_copy(update={
@@ -164,6 +169,13 @@ def cmd_audit(args: argparse.Namespace) -> int:
     stack_cls = get_stack(args.stack)
     run_id = new_run_id(f"audit-{args.stack}")
     stack = stack_cls(_settings(args, profile, Path(args.results_dir) / run_id / "logs"))  # validates options
+    if args.target != "local":
+        return run_target("audit", args, stack, profile, run_id, None, console)
+    from harness.audit import audit_from_scrapes
+    from harness.report import audit_markdown
+    from harness.results import read_jsonl
+    from harness.session import baseline_then_stack, place
+
     writer = RunWriter(run_id, Path(args.results_dir), meta={"command": "audit", "stack": args.stack,
                                                             "placement": place(profile), "pid": os.getpid()})
     # a stack without a baseline (an endpoint) is audited against itself: what its own endpoints expose
@@ -256,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--repeats", type=inputs.positive_int, help="repeat the sweep N times (default: the profile's)")
     r.add_argument("--opt", action="append", metavar="KEY=VALUE", help="stack option (repeatable)")
     r.add_argument("--results-dir", type=inputs.results_dir, default=str(RESULTS_DIR), help=results_help)
+    add_target_arguments(r)
     r.set_defaults(func=cmd_run)
 
     c = sub.add_parser("compare", help="a stack against its version-matched bare vLLM; writes a report")
@@ -269,6 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--opt", action="append", metavar="KEY=VALUE", help="stack option (repeatable)")
     c.add_argument("--results-dir", type=inputs.results_dir, default=str(RESULTS_DIR), help=results_help)
     c.add_argument("--reports-dir", type=inputs.results_dir, default=None, help="default: reports/")
+    add_target_arguments(c)
     c.set_defaults(func=cmd_compare)
 
     a = sub.add_parser("audit", help="which vllm:* metrics survive behind the layer")
@@ -277,6 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--url", type=inputs.url, help="server address for --stack endpoint")
     a.add_argument("--opt", action="append", metavar="KEY=VALUE")
     a.add_argument("--results-dir", type=inputs.results_dir, default=str(RESULTS_DIR), help=results_help)
+    add_target_arguments(a)
     a.set_defaults(func=cmd_audit)
 
     rp = sub.add_parser("report", help="all-stacks summary table from every run under results/")
@@ -314,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     signals.install()
     try:
+        check_target(args)
         return args.func(args)
     except LayerbenchError as e:
         err_console.print(f"[bold red]error:[/] {e}", highlight=False)

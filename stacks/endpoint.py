@@ -1,23 +1,40 @@
-"""An already-running OpenAI-compatible server given by URL: nothing is deployed or torn down, so any
-server can be measured (`make run STACK=endpoint URL=http://127.0.0.1:8000`)."""
+"""An already-running server given by URL: nothing is deployed or torn down, so any server can be measured
+(`make run STACK=endpoint URL=http://127.0.0.1:8000`). OpenAI-compatible by default; `--opt protocol=triton
+--opt model=NAME` measures a Triton model's generate_stream (the k8s and docker targets' Triton load)."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 import httpx
+from pydantic import Field
 
 from harness.errors import LayerbenchError
-from stacks.base import Endpoint, NoOptions, Stack, register
+from stacks.base import DeploySettings, Endpoint, NoOptions, Stack, register
+
+
+class EndpointOptions(NoOptions):
+    protocol: Literal["openai", "triton"] = Field("openai", description="the server's API: OpenAI's (the model "
+                                                  "from /v1/models) or Triton's generate_stream")
+    model: str | None = Field(None, description="the model to load (protocol triton: required; openai: the "
+                              "first of /v1/models)")
 
 
 @register
 class EndpointStack(Stack):
     kind = "endpoint"
-    description = "an existing OpenAI-compatible server (--url)"
-    Options = NoOptions  # nothing is deployed, so there is nothing to set
+    description = "an existing OpenAI-compatible (or Triton) server (--url)"
+    Options = EndpointOptions  # nothing is deployed: only how to talk to it
+    options: EndpointOptions
     cheap_liveness = False  # dead() asks over the network: between levels only (a level stops when unreachable)
 
     _model: str | None = None
     _version: str | None = None
+
+    def __init__(self, settings: DeploySettings):
+        super().__init__(settings)
+        if self.options.protocol == "triton" and not self.options.model:
+            raise LayerbenchError("stack endpoint: protocol triton needs the model's name: --opt model=NAME")
 
     def _url(self) -> str:
         if not self.settings.url:
@@ -27,12 +44,26 @@ class EndpointStack(Stack):
     def deploy(self) -> None:
         self._url()
 
+    def _health(self) -> str:
+        """What answers 200 while the server serves: the model's readiness (Triton) or the model list."""
+        if self.options.protocol == "triton":
+            return f"{self._url()}/v2/models/{self.options.model}/ready"
+        return f"{self._url()}/v1/models"
+
     def wait_ready(self, timeout: float, console=None) -> float:
         url = self._url()
+        if self.options.protocol == "triton":
+            try:
+                httpx.get(self._health(), timeout=min(timeout, 10)).raise_for_status()
+            except httpx.HTTPError as e:
+                raise LayerbenchError(f"Triton model {self.options.model!r} at {url} is not ready: "
+                                      f"{type(e).__name__}: {e}") from None
+            self._model = self.options.model
+            return 0.0
         try:
             resp = httpx.get(f"{url}/v1/models", timeout=min(timeout, 10))
             resp.raise_for_status()
-            self._model = resp.json()["data"][0]["id"]
+            self._model = self.options.model or resp.json()["data"][0]["id"]
         except httpx.HTTPError as e:
             raise LayerbenchError(f"cannot reach {url}/v1/models: {type(e).__name__}: {e}") from None
         except (ValueError, KeyError, IndexError):
@@ -43,15 +74,15 @@ class EndpointStack(Stack):
         pass  # not ours to stop
 
     def dead(self) -> str | None:
-        url = self._url()
         try:
-            httpx.get(f"{url}/v1/models", timeout=5).raise_for_status()
+            httpx.get(self._health(), timeout=5).raise_for_status()
         except httpx.HTTPError as e:
-            return f"{url} no longer answers /v1/models ({type(e).__name__})"
+            return f"{self._health()} no longer answers ({type(e).__name__})"
         return None
 
     def endpoint(self) -> Endpoint:
-        return Endpoint(base_url=self._url(), model=self._model or self.settings.served_model_name)
+        return Endpoint(base_url=self._url(), protocol=self.options.protocol,
+                        model=self._model or self.options.model or self.settings.served_model_name)
 
     def engine_version(self) -> str:
         if self._version is None:

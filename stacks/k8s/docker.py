@@ -1,0 +1,241 @@
+"""The docker target, for a single GPU host without Kubernetes: `docker run` command lines of the official
+images (bare vLLM, Triton, Ray Serve LLM, KServe's runtimes), one side after the other, rendered as a shell
+script (results/<run>/docker/commands.sh) with the files it mounts.
+
+Each server runs in its own network namespace with no published port, bound to loopback where it can be; the
+load client (the harness image) joins that namespace (`--network container:<server>`, never the host's
+network) and drives the server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from harness.profile import LoadProfile
+from stacks.base import Stack
+from stacks.k8s.common import (
+    ROOT_HF_HOME,
+    Deployed,
+    check_stack,
+    engine_env,
+    model_ref,
+    object_name,
+    served_name,
+)
+from stacks.k8s.plan import ClusterSettings
+from stacks.k8s.render import VLLM_PORT, side_labels, vllm_image, vllm_server_args
+from stacks.k8s.render_kserve import HF_RUNTIME_HOME, OPENAI_PREFIX, hf_objects, kserve_mode, raw_objects
+from stacks.k8s.render_load import load_command, profile_text
+from stacks.k8s.render_ray import RAY_HF_HOME, SERVE_PORT, serve_config
+from stacks.k8s.render_triton import HTTP_PORT, repository_files, server_args
+from stacks.kserve_manifests import POD_PORT, pod_process
+
+PROFILE = "/etc/layerbench/profile.yaml"
+# docker options that would give a measured server or its client privileges or open it beyond its namespace
+PRIVILEGED = {"--privileged", "--cap-add", "-p", "--publish", "-P", "--publish-all", "--device"}
+NAMESPACES = {"--network", "--net", "--pid", "--ipc", "--uts", "--userns", "--cgroupns"}
+
+
+@dataclass
+class DockerSide:
+    label: str
+    stack: str
+    server: str  # the server container's name
+    image: str  # the server's image: what follows it in `run` is the container's own command line
+    run: list[str]  # docker run ... of the server
+    ready: tuple[str, str]  # (URL, JSON body or "") that answers 2xx once the server serves
+    load: list[str]  # docker run ... of the load client
+
+
+@dataclass
+class DockerPlan:
+    run_id: str
+    sides: list[DockerSide]
+    files: dict[str, str] = field(default_factory=dict)  # path under the docker folder -> content
+
+
+def _server(name: str, cs: ClusterSettings, image: str, args: list[str], hf_home: str,
+            env: dict[str, str], entrypoint: str | None = None, mounts: tuple[str, ...] = ()) -> list[str]:
+    cmd = ["docker", "run", "-d", "--name", name, "--label", "app.kubernetes.io/managed-by=layerbench",
+           "--security-opt", "no-new-privileges", "--cap-drop", "ALL", "--shm-size", cs.shm_size.replace("i", "")]
+    if cs.gpus:
+        cmd += ["--gpus", str(cs.gpus)]
+    cmd += ["-v", f"$HF_CACHE:{hf_home}:ro", *[x for m in mounts for x in ("-v", m)]]
+    for key, value in {**engine_env(hf_home), **env}.items():
+        cmd += ["-e", f"{key}={value}"]
+    if cs.hf_token_secret:  # passed from the invoking shell's environment when it has one
+        cmd += ["-e", "HF_TOKEN"]
+    if entrypoint:
+        cmd += ["--entrypoint", entrypoint]
+    return [*cmd, image, *args]
+
+
+def _side(stack: Stack, cs: ClusterSettings, run_id: str, label: str, plan: DockerPlan) -> tuple[DockerSide, Deployed]:
+    kind = "vllm" if label == "baseline" else stack.kind
+    name = object_name(run_id, label, kind)
+    model, ready_body = served_name(cs), ""
+    image = {"vllm": vllm_image(cs), "ray": cs.ray_image, "triton": cs.triton_image}.get(kind, vllm_image(cs))
+    if kind == "vllm":
+        run = _server(name, cs, image, ["-m", "vllm.entrypoints.openai.api_server",
+                                                 *vllm_server_args(stack, cs, ROOT_HF_HOME, "127.0.0.1")],
+                      ROOT_HF_HOME, {}, entrypoint="python3")
+        url, ready = f"http://127.0.0.1:{VLLM_PORT}", f"http://127.0.0.1:{VLLM_PORT}/health"
+    elif kind == "kserve" and kserve_mode(stack) == "raw":  # the runtime container's command in the vLLM image
+        ref = model_ref(cs, ROOT_HF_HOME)  # the model from the HF cache where the pod has /mnt/models
+        runtime, isvc = raw_objects(stack, cs.model_copy(update={"kserve_storage": "hf"}), name)
+        cmd, env = pod_process(runtime, isvc, Path(ref.model), POD_PORT)
+        cmd += [f"--revision={ref.revision}"] if ref.revision else []
+        run = _server(name, cs, image, cmd[1:], ROOT_HF_HOME, env, entrypoint=cmd[0])
+        url, ready = f"http://127.0.0.1:{POD_PORT}", f"http://127.0.0.1:{POD_PORT}/health"
+    elif kind == "kserve":  # KServe's Hugging Face runtime (its server binds 0.0.0.0, inside its own namespace)
+        runtime, isvc = hf_objects(stack, cs, name)
+        container = runtime["spec"]["containers"][0]
+        args = [a.replace("{{.Name}}", name) for a in container["args"]] + isvc["spec"]["predictor"]["model"]["args"]
+        image = cs.kserve_hf_image
+        run = _server(name, cs, image, args, HF_RUNTIME_HOME, {})
+        url, ready = f"http://127.0.0.1:{POD_PORT}{OPENAI_PREFIX}", f"http://127.0.0.1:{POD_PORT}/v1/models/{name}"
+    elif kind == "ray":  # `serve run` starts a private Ray in the container and deploys the app
+        config = {"http_options": {"host": "127.0.0.1", "port": SERVE_PORT}, **serve_config(stack, cs)}
+        plan.files[f"{label}-ray-serve.yaml"] = yaml.safe_dump(config, sort_keys=False)
+        run = _server(name, cs, image, ["serve", "run", "/home/ray/serve.yaml"], RAY_HF_HOME,
+                      {"RAY_USAGE_STATS_ENABLED": "0"},
+                      mounts=(f"$RUN_DIR/{label}-ray-serve.yaml:/home/ray/serve.yaml:ro",))
+        url, ready = f"http://127.0.0.1:{SERVE_PORT}", f"http://127.0.0.1:{SERVE_PORT}/v1/completions"
+        # the ingress answers before the engine replica is up: ready means a real completion goes through
+        ready_body = f'{{"model": "{model}", "prompt": "ready", "max_tokens": 1}}'
+    else:  # triton: the model repository the local stack writes, mounted writable (the model writes applied.json)
+        for path, text in repository_files(stack, cs).items():
+            plan.files[f"{label}-triton-repo/{path}"] = text
+        run = _server(name, cs, image, ["tritonserver", *server_args("/models", "127.0.0.1")], ROOT_HF_HOME,
+                      {"LC_ALL": "C.UTF-8"}, mounts=(f"$RUN_DIR/{label}-triton-repo:/models",))
+        url, ready = f"http://127.0.0.1:{HTTP_PORT}", f"http://127.0.0.1:{HTTP_PORT}/v2/models/{model}/ready"
+    deployed = Deployed(objects=[], ready=[], url=url, engine_selector=name,
+                        protocol="triton" if kind == "triton" else "openai", model=model)
+    return DockerSide(label=label, stack=kind, server=name, image=image, run=run, ready=(ready, ready_body),
+                      load=[]), deployed
+
+
+def render_docker(stack: Stack, profile: LoadProfile, cs: ClusterSettings, run_id: str, command: str = "run",
+                  repeats: int | None = None) -> DockerPlan:
+    """The sides of `command` (run: the stack; compare, audit: its bare vLLM baseline first) as docker runs."""
+    check_stack(stack.kind, "docker")
+    plan = DockerPlan(run_id=run_id, sides=[], files={"profile.yaml": profile_text(profile)})
+    for label in side_labels(command):
+        side, deployed = _side(stack, cs, run_id, label, plan)
+        side.load = ["docker", "run", "--rm", "--name", f"{side.server}-load", "--network", f"container:{side.server}",
+                     "--user", "$LOAD_USER", "--read-only", "--tmpfs", "/tmp", "-e", "HOME=/tmp",
+                     "--security-opt", "no-new-privileges", "--cap-drop", "ALL",
+                     "-v", f"$RUN_DIR/profile.yaml:{PROFILE}:ro", "-v", "$RESULTS:/results", cs.load_image,
+                     "layerbench", *load_command(command, deployed.url, deployed, PROFILE, "/results", repeats)]
+        plan.sides.append(side)
+    return plan
+
+
+def _option_problems(options: list[str], own_netns: str | None) -> list[str]:
+    """Problems of docker options (what comes before the image). own_netns: the load client's only allowed
+    network, `container:<server>`; a server may not set one."""
+    problems = []
+    for i, arg in enumerate(options):
+        key, eq, inline = arg.partition("=")
+        value = inline if eq else (options[i + 1] if i + 1 < len(options) else "")
+        if key in PRIVILEGED:
+            problems.append(f"{key} is not allowed")
+        elif key in NAMESPACES and value == "host":
+            problems.append(f"{key} host is not allowed")
+        elif key in ("--network", "--net") and value != own_netns:
+            problems.append(f"{key} {value} is not allowed" + (f" (only {own_netns})" if own_netns else ""))
+    if own_netns and not any(a in ("--network", "--net") for a in options):
+        problems.append(f"it must join the server's network namespace (--network {own_netns})")
+    return problems
+
+
+def command_problems(plan: DockerPlan, cs: ClusterSettings) -> list[str]:
+    """Docker options no rendered command may carry (host namespaces, privileges, published ports), and a load
+    client that does not join its server's network namespace; [] when the commands may run."""
+    problems = []
+    for side in plan.sides:
+        who = f"{side.label} ({side.stack})"
+        server_options = side.run[:side.run.index(side.image)]
+        load_options = side.load[:side.load.index(cs.load_image)] if cs.load_image in side.load else side.load
+        problems += [f"{who} server: {p}" for p in _option_problems(server_options, None)]
+        problems += [f"{who} load client: {p}" for p in _option_problems(load_options, f"container:{side.server}")]
+    return problems
+
+
+def _sh(arg: str) -> str:
+    """One word of the script: the script's own variables expand, everything else is quoted."""
+    if "$" in arg and re.fullmatch(r"[A-Za-z0-9_./:=@${}-]+", arg):
+        return f'"{arg}"'
+    return shlex.quote(arg)
+
+
+def _line(argv: list[str]) -> str:
+    return " ".join(_sh(a) for a in argv)
+
+
+PROBE = ("import sys, urllib.request as u; body = sys.argv[2].encode() or None; "
+         "u.urlopen(u.Request(sys.argv[1], data=body, headers={'Content-Type': 'application/json'}), timeout=30)")
+
+
+def script(plan: DockerPlan, cs: ClusterSettings, title: str) -> str:
+    """commands.sh: each side in turn (server, wait until it serves, load, its log kept, server removed)."""
+    servers = " ".join(side.server for side in plan.sides)
+    out = [
+        "#!/usr/bin/env bash",
+        f"# layerbench {title} on the docker target (run {plan.run_id}), rendered by layerbench.",
+        "# One side after the other on this GPU host. Each server runs in its own network namespace with no",
+        "# published port; the load client joins it (--network container:<server>) and drives it on 127.0.0.1.",
+        f"# HF_CACHE (default ~/.cache/huggingface) must hold {cs.model} at revision {cs.model_revision}: the",
+        "# engines read it offline. RESULTS (default: results/ beside this script) receives the load's run folders",
+        "# and each server's log.",
+        "set -euo pipefail",
+        'RUN_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
+        'HF_CACHE="${HF_CACHE:-$HOME/.cache/huggingface}"',
+        'RESULTS="${RESULTS:-$RUN_DIR/results}"',
+        f"READY_TIMEOUT_S={int(cs.ready_timeout_s)}",
+        f"PROBE={shlex.quote(PROBE)}",
+        'mkdir -p "$RESULTS"',
+        '# the load client runs as the invoking user; as root, as an unprivileged uid that owns the results',
+        'LOAD_USER="$(id -u):$(id -g)"',
+        'if [ "$(id -u)" = 0 ]; then LOAD_USER=10001:10001; chown 10001:10001 "$RESULTS"; fi',
+        f"trap 'docker rm -f {servers} >/dev/null 2>&1 || true' EXIT",
+        "",
+        "wait_ready() {  # container url [json body]: until the url answers 2xx, while the container runs",
+        "  local deadline=$((SECONDS + READY_TIMEOUT_S))",
+        '  until docker exec "$1" python3 -c "$PROBE" "$2" "${3:-}" >/dev/null 2>&1; do',
+        "    if [ \"$(docker inspect -f '{{.State.Running}}' \"$1\")\" != true ]; then",
+        '      docker logs --tail 40 "$1" >&2; echo "$1 exited during startup" >&2; exit 1',
+        "    fi",
+        '    if [ "$SECONDS" -ge "$deadline" ]; then echo "$1 not ready after ${READY_TIMEOUT_S}s" >&2; exit 1; fi',
+        "    sleep 5",
+        "  done",
+        "}",
+    ]
+    for side in plan.sides:
+        url, body = side.ready
+        out += ["", f"# --- {side.label}: {side.stack} ({side.image}) ---", _line(side.run),
+                _line(["wait_ready", side.server, url, *([body] if body else [])]),
+                f"rc=0; {_line(side.load)} || rc=$?",
+                f'docker logs {side.server} > "$RESULTS/{side.server}.log" 2>&1',
+                f"docker rm -f {side.server} >/dev/null",
+                f'[ "$rc" = 0 ] || {{ echo "{side.label}: the load failed (exit $rc)" >&2; exit "$rc"; }}']
+    return "\n".join(out) + "\n"
+
+
+def write_docker(plan: DockerPlan, cs: ClusterSettings, title: str, out_dir: Path) -> list[Path]:
+    """results/<run>/docker/commands.sh and the files it mounts; the paths written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for rel, text in plan.files.items():
+        path = out_dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        paths.append(path)
+    path = out_dir / "commands.sh"
+    path.write_text(script(plan, cs, title))
+    path.chmod(0o755)
+    return [path, *paths]

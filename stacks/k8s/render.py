@@ -1,0 +1,143 @@
+"""The k8s target's plan of a run: per side (the version-matched bare vLLM baseline, then the stack) the
+objects to apply, rendered from manifests/, the objects whose readiness gates the load, the Service's
+cluster DNS address, and the load Job. `write_plan` keeps it in the run folder (one YAML file per side and
+plan.json), which is all `--dry-run` does."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from harness.profile import LoadProfile
+from stacks.base import Stack
+from stacks.k8s.common import (
+    ROOT_HF_HOME,
+    Deployed,
+    cache_volume,
+    check_stack,
+    container_security,
+    engine_env,
+    engine_mounts,
+    env_list,
+    gpu_engine_args,
+    gpu_pod,
+    labels,
+    model_flags,
+    model_ref,
+    object_name,
+    resources,
+    selector,
+    served_name,
+    service_url,
+    shm_volume,
+    template,
+)
+from stacks.k8s.plan import ClusterSettings, K8sPlan, Side
+from stacks.k8s.render_kserve import render_kserve
+from stacks.k8s.render_load import load_job, profile_configmap
+from stacks.k8s.render_ray import render_ray
+from stacks.k8s.render_triton import render_triton
+
+VLLM_PORT = 8000
+
+
+class _Dumper(yaml.SafeDumper):
+    """Every object written out in full (a label dict shared by two objects must not become a YAML alias), and
+    multi-line text (serveConfigV2, a model repository's files, the profile) as readable literal blocks."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
+
+
+def _text(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|" if "\n" in data else None)
+
+
+_Dumper.add_representer(str, _text)
+
+
+def dump_yaml(documents: list[dict]) -> str:
+    return yaml.dump_all(documents, Dumper=_Dumper, sort_keys=False)
+
+
+def vllm_image(cs: ClusterSettings) -> str:
+    return f"vllm/vllm-openai:v{cs.vllm_version}"
+
+
+def vllm_server_args(stack: Stack, cs: ClusterSettings, hf_home: str, host: str) -> list[str]:
+    """Bare vLLM's command-line arguments on a GPU: the model in the HF cache, the baseline's engine flags."""
+    return [*model_flags(model_ref(cs, hf_home)), "--served-model-name", served_name(cs), "--host", host,
+            "--port", str(VLLM_PORT), *gpu_engine_args(stack.settings)]
+
+
+def render_vllm(stack: Stack, cs: ClusterSettings, run_id: str, label: str) -> Deployed:
+    """Deployment (Recreate, readiness on /health, the HF cache PVC at the cache root) and its Service."""
+    name = object_name(run_id, label, "vllm")
+    engine = labels(run_id, label, "engine")
+    dep = template("vllm/deployment.yaml", name=name, namespace=cs.namespace, image=vllm_image(cs))
+    dep["metadata"]["labels"] = engine
+    dep["spec"]["selector"]["matchLabels"] = engine
+    pod = dep["spec"]["template"]
+    pod["metadata"]["labels"] = engine
+    pod["spec"]["containers"][0].update(
+        args=vllm_server_args(stack, cs, ROOT_HF_HOME, "0.0.0.0"), env=env_list(engine_env(ROOT_HF_HOME), cs),
+        resources=resources(cs.cpu, cs.memory, cs.gpus), securityContext=container_security(),
+        volumeMounts=engine_mounts(ROOT_HF_HOME))
+    pod["spec"]["volumes"] = [cache_volume(cs), shm_volume(cs)]
+    gpu_pod(pod["spec"], cs)
+    svc = template("vllm/service.yaml", name=name, namespace=cs.namespace, port=VLLM_PORT)
+    svc["metadata"]["labels"] = engine
+    svc["spec"]["selector"] = engine
+    return Deployed(objects=[dep, svc], ready=[("Deployment", name)], url=service_url(name, cs.namespace, VLLM_PORT),
+                    engine_selector=selector(engine))
+
+
+RENDERERS: dict[str, Callable[..., Deployed]] = {"vllm": render_vllm, "ray": render_ray, "triton": render_triton,
+                                                 "kserve": render_kserve}
+
+
+def side_labels(command: str) -> list[str]:
+    """`run` deploys the stack alone; `compare` and `audit` its bare vLLM baseline first."""
+    return ["stack"] if command == "run" else ["baseline", "stack"]
+
+
+def render_side(stack: Stack, cs: ClusterSettings, run_id: str, label: str) -> tuple[str, Deployed]:
+    """(the side's stack kind, what it deploys): the baseline is bare vLLM with the stack's engine settings."""
+    kind = "vllm" if label == "baseline" else stack.kind
+    return kind, RENDERERS[kind](stack, cs, run_id, label)
+
+
+def render_plan(stack: Stack, profile: LoadProfile, cs: ClusterSettings, run_id: str, command: str = "run",
+                repeats: int | None = None) -> K8sPlan:
+    """Every side of `command` (run, compare, audit) for `stack`, with its load Job; nothing is applied."""
+    check_stack(stack.kind, "k8s")
+    sides = []
+    for label in side_labels(command):
+        kind, deployed = render_side(stack, cs, run_id, label)
+        name = object_name(run_id, label, kind)
+        profile_cm = profile_configmap(f"{name}-profile", cs, run_id, label, profile)
+        job = load_job(f"{name}-load", f"{name}-profile", cs, run_id, label, command, deployed, repeats)
+        sides.append(Side(label=label, stack=kind, objects=[profile_cm, *deployed.objects], ready=deployed.ready,
+                          url=deployed.url, protocol=deployed.protocol, engine_selector=deployed.engine_selector,
+                          load_job=job))
+    return K8sPlan(run_id=run_id, namespace=cs.namespace, sides=sides)
+
+
+def side_documents(side: Side) -> list[dict]:
+    """What a side's YAML file holds: its objects in apply order, then its load Job."""
+    return [*side.objects, side.load_job]
+
+
+def write_plan(plan: K8sPlan, out_dir: Path) -> list[Path]:
+    """results/<run>/manifests/<side>-<stack>.yaml per side and plan.json; the paths written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for side in plan.sides:
+        path = out_dir / f"{side.label}-{side.stack}.yaml"
+        path.write_text(dump_yaml(side_documents(side)))
+        paths.append(path)
+    path = out_dir / "plan.json"
+    path.write_text(plan.model_dump_json(indent=2))
+    return [*paths, path]

@@ -1,0 +1,114 @@
+"""KServe RawDeployment on the k8s target, by the stack's `mode`:
+- raw: the vLLM ServingRuntime and InferenceService of stacks.kserve_manifests (the runtime is vLLM's own
+  OpenAI server; KServe creates the Deployment and Service and leaves the request path), on a GPU;
+- inprocess: KServe's Hugging Face runtime (its model server and data plane in the path, vLLM in-process);
+- proxy has no k8s form."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.errors import LayerbenchError
+from stacks.base import Stack
+from stacks.k8s.common import (
+    Deployed,
+    cache_volume,
+    engine_mounts,
+    env_list,
+    gpu_engine_args,
+    hub_ref,
+    labels,
+    object_name,
+    resources,
+    service_url,
+    shm_volume,
+    template,
+)
+from stacks.k8s.plan import ClusterSettings
+from stacks.kserve_manifests import POD_MODEL_DIR
+from stacks.kserve_manifests import render as render_raw_objects
+
+HF_RUNTIME_HOME = "/mnt/hf-cache"  # KServe's Hugging Face image runs as a non-root user: not under /root
+SERVICE_PORT = 80  # RawDeployment's predictor Service: port 80 -> the container's 8080
+MODES = ("raw", "inprocess")
+OPENAI_PREFIX = "/openai"  # KServe's model server serves the OpenAI API under /openai/v1
+
+
+def kserve_mode(stack: Stack) -> str:
+    mode = str(getattr(stack.options, "mode", "raw"))
+    if mode == "proxy":
+        raise LayerbenchError("stack kserve: mode proxy has no k8s form (it is a local stand-in for KServe's "
+                              "proxying data plane); use mode raw (vLLM ServingRuntime) or inprocess (KServe's "
+                              "Hugging Face runtime) with --target k8s")
+    if mode not in MODES:
+        raise LayerbenchError(f"stack kserve: mode {mode} has no k8s form; the k8s target has {', '.join(MODES)}")
+    return mode
+
+
+def storage(cs: ClusterSettings) -> tuple[str, list[str], dict[str, str]]:
+    """(storageUri, model args, model env) of the raw runtime: hf://<repo>[:<revision>] fetched by KServe's
+    storage initializer into /mnt/models, or the HF cache PVC's hub/ directory mounted there, the model loaded
+    from its snapshot (the runtime's --model=/mnt/models is overridden: the last --model wins)."""
+    if cs.kserve_storage == "hf":
+        revision = f":{cs.model_revision}" if cs.model_revision != "main" else ""
+        return f"hf://{cs.model}{revision}", [], {}
+    ref = hub_ref(cs, POD_MODEL_DIR)
+    args = [f"--model={ref.model}", *([f"--revision={ref.revision}"] if ref.revision else [])]
+    return f"pvc://{cs.hf_cache_pvc}/hub", args, {"HF_HUB_CACHE": POD_MODEL_DIR}
+
+
+def _finish(runtime: dict[str, Any], isvc: dict[str, Any], cs: ClusterSettings, run_id: str, label: str,
+            mounts: list[dict[str, Any]], volumes: list[dict[str, Any]]) -> None:
+    """Namespace, labels, GPU, /dev/shm, the HF token and the runtime class of a runtime and its service."""
+    for obj in (runtime, isvc):
+        obj["metadata"]["namespace"] = cs.namespace
+        obj["metadata"]["labels"] = labels(run_id, label, "layer")
+    container = runtime["spec"]["containers"][0]
+    container["resources"] = resources(cs.cpu, cs.memory, cs.gpus)
+    container["env"] = [*container.get("env", []), *env_list({}, cs)]
+    container["volumeMounts"] = mounts
+    runtime["spec"]["volumes"] = volumes
+    predictor = isvc["spec"]["predictor"]
+    predictor["model"]["resources"] = resources(cs.cpu, cs.memory, cs.gpus)
+    predictor["automountServiceAccountToken"] = False
+    if cs.runtime_class:
+        predictor["runtimeClassName"] = cs.runtime_class
+
+
+def raw_objects(stack: Stack, cs: ClusterSettings, name: str) -> list[dict[str, Any]]:
+    """[ServingRuntime, InferenceService] of the raw mode: stacks.kserve_manifests' objects with the official
+    vLLM image of the engine version, the baseline's engine flags on a GPU, and the model's storage."""
+    uri, model_args, model_env = storage(cs)
+    runtime, isvc = render_raw_objects(stack.settings, [*gpu_engine_args(stack.settings), *model_args], name=name,
+                                       storage_uri=uri, version=f"v{cs.vllm_version}", cpu=cs.cpu, memory=cs.memory)
+    if model_env:
+        isvc["spec"]["predictor"]["model"]["env"] = env_list(model_env)
+    return [runtime, isvc]
+
+
+def hf_objects(stack: Stack, cs: ClusterSettings, name: str) -> list[dict[str, Any]]:
+    """[ServingRuntime, InferenceService] of the inprocess mode: KServe's Hugging Face runtime, vLLM in its
+    process (--backend=vllm) with the baseline's engine flags, the model read from the HF cache."""
+    values = {"name": name, "runtime": f"{name}-hf", "image": cs.kserve_hf_image, "hf_home": HF_RUNTIME_HOME,
+              "cpu": cs.cpu, "memory": cs.memory}
+    runtime = template("kserve/servingruntime-huggingface.yaml", **values)
+    isvc = template("kserve/inferenceservice-huggingface.yaml", **values)
+    isvc["spec"]["predictor"]["model"]["args"] = [f"--model_id={cs.model}", f"--model_revision={cs.model_revision}",
+                                                  "--backend=vllm", *gpu_engine_args(stack.settings)]
+    return [runtime, isvc]
+
+
+def render_kserve(stack: Stack, cs: ClusterSettings, run_id: str, label: str) -> Deployed:
+    mode = kserve_mode(stack)
+    name = object_name(run_id, label, "kserve")
+    if mode == "raw":
+        runtime, isvc = raw_objects(stack, cs, name)
+        _finish(runtime, isvc, cs, run_id, label, [{"name": "devshm", "mountPath": "/dev/shm"}], [shm_volume(cs)])
+        prefix = ""
+    else:
+        runtime, isvc = hf_objects(stack, cs, name)
+        _finish(runtime, isvc, cs, run_id, label, engine_mounts(HF_RUNTIME_HOME), [cache_volume(cs), shm_volume(cs)])
+        prefix = OPENAI_PREFIX
+    return Deployed(objects=[runtime, isvc], ready=[("InferenceService", name)],
+                    url=service_url(f"{name}-predictor", cs.namespace, SERVICE_PORT, prefix),
+                    engine_selector=f"serving.kserve.io/inferenceservice={name}")

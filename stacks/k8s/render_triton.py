@@ -1,0 +1,85 @@
+"""Triton on the k8s target: NVIDIA's tritonserver image with vLLM and the Python backend, serving the local
+Triton stack's model repository (config.pbtxt, model.py, engine.json) from a ConfigMap."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from stacks.k8s.common import (
+    ROOT_HF_HOME,
+    Deployed,
+    cache_volume,
+    container_security,
+    engine_env,
+    engine_mounts,
+    env_list,
+    gpu_pod,
+    labels,
+    model_ref,
+    object_name,
+    resources,
+    selector,
+    served_name,
+    service_url,
+    shm_volume,
+    template,
+)
+from stacks.k8s.plan import ClusterSettings
+from stacks.triton import CONFIG_PBTXT, MODEL_PY, TritonStack
+
+HTTP_PORT = 8000
+
+
+def server_args(repository: str, address: str | None = None) -> list[str]:
+    """tritonserver's flags, as the local Triton stack gives them; `address` binds all three ports to it."""
+    ports = {"http": HTTP_PORT, "grpc": HTTP_PORT + 1, "metrics": HTTP_PORT + 2}
+    binds = [f"--{what}-address={address}" for what in ports] if address else []
+    return [f"--model-repository={repository}", *[f"--{what}-port={port}" for what, port in ports.items()], *binds,
+            "--exit-on-error=false", "--exit-timeout-secs=15", "--backend-config=python,stub-timeout-seconds=600",
+            "--log-verbose=0"]
+
+
+def repository_files(stack: TritonStack, cs: ClusterSettings, hf_home: str = ROOT_HF_HOME) -> dict[str, str]:
+    """The model repository's files by path under the repository root, as the local Triton stack writes them
+    (TritonStack.write_repository), with the model in the HF cache and the engine's GPU memory share."""
+    model = served_name(cs)
+    spec = stack.engine_spec()
+    ref = model_ref(cs, hf_home)
+    spec.update(model=ref.model, served_model_name=model,
+                gpu_memory_utilization=stack.settings.engine.gpu_memory_utilization)
+    if ref.revision:
+        spec["revision"] = ref.revision
+    return {f"{model}/config.pbtxt": CONFIG_PBTXT.format(name=model),
+            f"{model}/1/model.py": MODEL_PY.read_text(),
+            f"{model}/1/engine.json": json.dumps(spec, indent=2)}
+
+
+def render_triton(stack: TritonStack, cs: ClusterSettings, run_id: str, label: str) -> Deployed:
+    name = object_name(run_id, label, "triton")
+    model = served_name(cs)
+    engine = labels(run_id, label, "engine")
+    files = repository_files(stack, cs)
+    repo: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": f"{name}-model", "namespace": cs.namespace,
+                                         "labels": labels(run_id, label, "config")},
+                            "data": {path.rsplit("/", 1)[1]: text for path, text in files.items()}}
+    dep = template("triton/deployment.yaml", name=name, namespace=cs.namespace, image=cs.triton_image, model=model,
+                   configmap=f"{name}-model")
+    dep["metadata"]["labels"] = engine
+    dep["spec"]["selector"]["matchLabels"] = engine
+    pod = dep["spec"]["template"]
+    pod["metadata"]["labels"] = engine
+    init, server = pod["spec"]["initContainers"][0], pod["spec"]["containers"][0]
+    init.update(resources=resources("1", "1Gi"), securityContext=container_security())
+    server.update(args=server_args("/models"), env=env_list({**engine_env(ROOT_HF_HOME), "LC_ALL": "C.UTF-8"}, cs),
+                  resources=resources(cs.cpu, cs.memory, cs.gpus), securityContext=container_security())
+    server["volumeMounts"] += engine_mounts(ROOT_HF_HOME)
+    pod["spec"]["volumes"] += [cache_volume(cs), shm_volume(cs)]
+    gpu_pod(pod["spec"], cs)
+    svc = template("triton/service.yaml", name=name, namespace=cs.namespace)
+    svc["metadata"]["labels"] = engine
+    svc["spec"]["selector"] = engine
+    return Deployed(objects=[repo, dep, svc], ready=[("Deployment", name)],
+                    url=service_url(name, cs.namespace, HTTP_PORT), engine_selector=selector(engine),
+                    protocol="triton", model=model)

@@ -1,0 +1,142 @@
+"""The docker target as rendered text: `docker run` lines of the official images, one side after the other,
+each server in its own network namespace without published ports and the load client joining it; the same
+engine settings on both sides; commands that would leave a namespace or gain privileges are refused."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+
+import pytest
+import yaml
+
+from harness.cli import main
+from harness.profile import load_profile
+from stacks.base import DeploySettings, get_stack
+from stacks.k8s.common import gpu_engine_args
+from stacks.k8s.docker import command_problems, render_docker, script, write_docker
+from stacks.k8s.plan import ClusterSettings
+
+RUN = "20261201-101010-compare-ray-abc123"
+PROFILE = load_profile("quick")
+CS = ClusterSettings()
+
+
+def render(kind: str, command: str = "compare", cs: ClusterSettings = CS, **options):
+    s = get_stack(kind)(DeploySettings(engine=PROFILE.engine, target="docker", options=options))
+    return render_docker(s, PROFILE, cs, RUN, command, repeats=2)
+
+
+def image_args(argv: list[str], image: str) -> list[str]:
+    return argv[argv.index(image) + 1:]
+
+
+@pytest.mark.parametrize(("kind", "options", "image"), [
+    ("vllm", {}, "vllm/vllm-openai:v0.32.0"), ("ray", {}, CS.ray_image), ("triton", {}, CS.triton_image),
+    ("kserve", {}, "vllm/vllm-openai:v0.32.0"), ("kserve", {"mode": "inprocess"}, CS.kserve_hf_image)])
+def test_every_stack_renders_valid_commands(kind, options, image):
+    plan = render(kind, **options)
+    assert [(s.label, s.stack) for s in plan.sides] == [("baseline", "vllm"), ("stack", kind)]
+    assert command_problems(plan, CS) == []
+    base, side = plan.sides
+    assert base.image == "vllm/vllm-openai:v0.32.0" and side.image == image
+    for s in plan.sides:
+        assert s.load[s.load.index("--network") + 1] == f"container:{s.server}"
+        assert not any(a == "host" or a.endswith("=host") for a in s.run + s.load)  # no host network, pid, ipc
+        assert "-p" not in s.run and "--publish" not in s.run and "--privileged" not in s.run
+        assert s.run[s.run.index("--gpus") + 1] == "1"
+    text = script(plan, CS, f"compare --stack {kind}")
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0  # the script parses
+    assert text.index(base.server) < text.index(side.server)  # the baseline first, one GPU
+
+
+def test_bare_vllm_and_the_kserve_raw_runtime_get_the_same_engine_flags():
+    plan = render("kserve")
+    flags = gpu_engine_args(get_stack("kserve")(DeploySettings(engine=PROFILE.engine)).settings)
+    base = image_args(plan.sides[0].run, plan.sides[0].image)
+    raw = image_args(plan.sides[1].run, plan.sides[1].image)
+    assert base[:2] == ["-m", "vllm.entrypoints.openai.api_server"] and raw[:2] == base[:2]
+    assert plan.sides[0].run[plan.sides[0].run.index("--entrypoint") + 1] == "python3"
+    assert " ".join(flags) in " ".join(base) and " ".join(flags) in " ".join(raw)
+    # the runtime's own args, the pod's model directory replaced by the cache, bound to loopback
+    assert "--no-enable-log-requests" in raw and "--model=Qwen/Qwen2.5-0.5B-Instruct" in raw
+    assert "--host=127.0.0.1" in raw and "--port=8080" in raw and "--revision=main" in raw
+    assert "-e" in plan.sides[1].run and "HF_HUB_OFFLINE=1" in plan.sides[1].run
+
+
+def test_ray_serve_config_and_readiness():
+    plan = render("ray", ingress_replicas=1)
+    config = yaml.safe_load(plan.files["stack-ray-serve.yaml"])
+    assert config["http_options"] == {"host": "127.0.0.1", "port": 8000}
+    assert config["applications"][0]["args"]["ingress_deployment_config"]["num_replicas"] == 1
+    side = plan.sides[1]
+    assert image_args(side.run, side.image) == ["serve", "run", "/home/ray/serve.yaml"]
+    url, body = side.ready
+    assert url.endswith("/v1/completions") and '"max_tokens": 1' in body  # a completion, not just the ingress
+
+
+def test_triton_mounts_its_model_repository_and_loads_through_generate_stream():
+    plan = render("triton")
+    assert set(plan.files) == {"profile.yaml", "stack-triton-repo/qwen2.5-0.5b-instruct/config.pbtxt",
+                               "stack-triton-repo/qwen2.5-0.5b-instruct/1/model.py",
+                               "stack-triton-repo/qwen2.5-0.5b-instruct/1/engine.json"}
+    side = plan.sides[1]
+    assert "$RUN_DIR/stack-triton-repo:/models" in side.run
+    assert "--http-address=127.0.0.1" in side.run
+    assert side.load[-4:] == ["--opt", "protocol=triton", "--opt", "model=qwen2.5-0.5b-instruct"]
+
+
+def test_kserve_inprocess_loads_through_kserves_openai_routes():
+    side = render("kserve", mode="inprocess").sides[1]
+    assert side.load[side.load.index("--url") + 1] == "http://127.0.0.1:8080/openai"
+    assert "--backend=vllm" in side.run and "--model_id=Qwen/Qwen2.5-0.5B-Instruct" in side.run
+
+
+@pytest.mark.parametrize(("where", "flag", "problem"), [
+    ("run", ["--network", "host"], "server: --network host is not allowed"),
+    ("run", ["--privileged"], "server: --privileged is not allowed"),
+    ("run", ["-p", "8000:8000"], "server: -p is not allowed"),
+    ("load", ["--pid=host"], "load client: --pid host is not allowed"),
+    ("load", ["--network", "host"], "load client: --network host is not allowed"),
+])
+def test_a_command_leaving_its_namespace_is_refused(where, flag, problem):
+    plan = render("vllm", command="run")
+    argv = getattr(plan.sides[0], where)
+    argv[2:2] = flag  # right after `docker run`
+    assert any(p.endswith(problem) for p in command_problems(plan, CS)), command_problems(plan, CS)
+
+
+def test_a_load_client_outside_the_servers_namespace_is_refused():
+    plan = render("vllm", command="run")
+    side = plan.sides[0]
+    i = side.load.index("--network")
+    del side.load[i:i + 2]
+    assert command_problems(plan, CS) == [f"stack (vllm) load client: it must join the server's network namespace "
+                                          f"(--network container:{side.server})"]
+
+
+def test_write_docker_writes_the_script_and_its_files(tmp_path):
+    plan = render("triton")
+    paths = write_docker(plan, CS, "compare --stack triton", tmp_path)
+    assert paths[0] == tmp_path / "commands.sh" and paths[0].stat().st_mode & 0o111
+    text = paths[0].read_text()
+    assert "set -euo pipefail" in text and "--network container:lb-stack-triton-abc123" in text
+    assert (tmp_path / "stack-triton-repo/qwen2.5-0.5b-instruct/1/engine.json").exists()
+    assert load_profile(str(tmp_path / "profile.yaml")) == PROFILE  # the load uses the run's profile
+    run_line = next(line for line in text.splitlines() if line.startswith("docker run -d --name lb-stack-triton"))
+    assert shlex.split(run_line)[:4] == ["docker", "run", "-d", "--name"]
+
+
+def test_cli_docker_dry_run_writes_the_commands(tmp_path, capsys):
+    assert main(["compare", "--stack", "ray", "--target", "docker", "--dry-run", "--results-dir", str(tmp_path)]) == 0
+    (run,) = tmp_path.iterdir()
+    assert (run / "docker" / "commands.sh").exists() and (run / "docker" / "stack-ray-serve.yaml").exists()
+    assert str(run / "docker" / "commands.sh") in capsys.readouterr().out
+    assert not (run / "run.json").exists()  # nothing ran
+
+
+def test_cli_docker_without_dry_run_says_so_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    assert main(["run", "--stack", "vllm", "--target", "docker", "--results-dir", str(tmp_path)]) == 2
+    assert "only --dry-run is available on this host: `docker` is not on PATH" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
