@@ -7,6 +7,7 @@
 #   make soak                  10 min at c=64 against the reference engine with faults on a schedule
 #   make compare STACK=ray RESUME=<run-id>   continue an interrupted or failed compare
 #   make test                  unit + integration tests (starts real vLLM on CPU)
+#   make compare STACK=ray TARGET=k8s ARGS=--dry-run   the GPU cluster's manifests, rendered and validated (or docker)
 SHELL := /bin/bash
 PY ?= python3.11
 VENV := .venv
@@ -23,6 +24,9 @@ STAMPS := .stamps
 STACK ?= vllm
 PROFILE ?= quick
 URL ?=
+TARGET ?= local
+MODE ?=
+CLUSTER_CONFIG ?=
 REPEATS ?=
 RESUME ?=
 DURATION ?= 600
@@ -31,7 +35,8 @@ LB := $(VENV)/bin/layerbench
 
 # stacks that need the engine environment and the model; the others only need the client
 ENGINE_STACKS := vllm ray triton kserve
-needs = $(if $(filter $(STACK),$(ENGINE_STACKS)),setup $(if $(filter ray triton kserve,$(STACK)),$(STAMPS)/$(STACK)),client)
+# TARGET=docker|k8s deploys the official images on GPU hosts: this machine only needs the client
+needs = $(if $(filter-out local,$(TARGET)),client,$(if $(filter $(STACK),$(ENGINE_STACKS)),setup $(if $(filter ray triton kserve,$(STACK)),$(STAMPS)/$(STACK)),client))
 
 setup-ray: setup $(STAMPS)/ray
 setup-triton: setup $(STAMPS)/triton
@@ -73,14 +78,14 @@ $(STAMPS)/model: scripts/make_model.py $(STAMPS)/engine
 	@touch $@
 
 run: $(needs)
-	$(LB) run --stack $(STACK) --profile $(PROFILE) $(if $(URL),--url $(URL)) $(ARGS)
+	$(LB) run --stack $(STACK) --profile $(PROFILE) $(if $(URL),--url $(URL)) $(if $(MODE),--opt mode=$(MODE)) --target $(TARGET) $(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) $(ARGS)
 
 compare: $(needs)
 	$(LB) compare $(if $(RESUME),--resume $(RESUME),--stack $(STACK) --profile $(PROFILE)) \
-		$(if $(REPEATS),--repeats $(REPEATS)) $(ARGS)
+		$(if $(REPEATS),--repeats $(REPEATS)) $(if $(MODE),--opt mode=$(MODE)) --target $(TARGET) $(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) $(ARGS)
 
 audit: $(needs)
-	$(LB) audit --stack $(STACK) $(if $(URL),--url $(URL)) $(ARGS)
+	$(LB) audit --stack $(STACK) $(if $(URL),--url $(URL)) $(if $(MODE),--opt mode=$(MODE)) --target $(TARGET) $(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) $(ARGS)
 
 report: client
 	$(LB) report $(ARGS)
