@@ -8,6 +8,8 @@ allows unknown fields (`x-kubernetes-preserve-unknown-fields`)."""
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ from typing import Any
 import yaml
 
 from harness.errors import LayerbenchError
-from stacks.base import PROJECT_ROOT
+from stacks.base import CACHE_DIR, PROJECT_ROOT
 
 # the CRDs this project validates against live beside the checkout, not in it; LAYERBENCH_CRD_DIR overrides
 DEFAULT_CRD_DIR = PROJECT_ROOT.parent / "shared" / "crds"
@@ -33,21 +35,48 @@ def crd_schema(api_version: str, kind: str, directory: Path | None = None) -> di
 @functools.lru_cache(maxsize=16)
 def _schema(api_version: str, kind: str, directory: Path) -> dict[str, Any]:
     group, _, version = api_version.rpartition("/")
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the CRDs are megabytes of YAML
     for path in sorted(directory.glob("*.yaml")):
         text = path.read_text()
         if "CustomResourceDefinition" not in text or f"kind: {kind}\n" not in text:
             continue
-        for doc in yaml.load_all(text, Loader=loader):
-            if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
-                continue
-            spec = doc.get("spec", {})
-            if spec.get("group") != group or spec.get("names", {}).get("kind") != kind:
-                continue
-            for v in spec.get("versions", []):
-                if v.get("name") == version:
-                    return strict(v["schema"]["openAPIV3Schema"])
+        if (schema := _cached(text, group, kind, version)) is not None:
+            return schema
     raise LayerbenchError(f"no CRD for {kind} {api_version} in {directory} (set LAYERBENCH_CRD_DIR)")
+
+
+def _cached(text: str, group: str, kind: str, version: str) -> dict[str, Any] | None:
+    """The strict schema from a CRD file's `text`, kept as JSON under .cache/ keyed by the CRD's content:
+    parsing a CRD's megabytes of YAML takes seconds, reading the JSON a few milliseconds."""
+    key = hashlib.sha256(f"{group}/{version}/{kind}\n{text}".encode()).hexdigest()[:24]
+    cache = CACHE_DIR / "crd-schemas" / f"{kind}-{key}.json"
+    try:
+        return json.loads(cache.read_text())
+    except (OSError, ValueError):
+        pass
+    schema = _parse(text, group, kind, version)
+    if schema is not None:
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(schema))
+            tmp.replace(cache)
+        except OSError:
+            pass  # a read-only checkout validates as well, only slower
+    return schema
+
+
+def _parse(text: str, group: str, kind: str, version: str) -> dict[str, Any] | None:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the CRDs are megabytes of YAML
+    for doc in yaml.load_all(text, Loader=loader):
+        if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
+            continue
+        spec = doc.get("spec", {})
+        if spec.get("group") != group or spec.get("names", {}).get("kind") != kind:
+            continue
+        for v in spec.get("versions", []):
+            if v.get("name") == version:
+                return strict(v["schema"]["openAPIV3Schema"])
+    return None
 
 
 def strict(schema: Any) -> Any:

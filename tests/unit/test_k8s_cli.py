@@ -15,8 +15,13 @@ from tests.unit.test_kserve_manifests import needs_crds
 
 
 @needs_crds
-@pytest.mark.parametrize(("kind", "extra"), [("vllm", []), ("ray", []), ("triton", []), ("kserve", []),
-                                             ("kserve", ["--opt", "mode=inprocess"])])
+@pytest.mark.parametrize(("kind", "extra"), [
+    ("vllm", []),
+    # a second or two each (the validators' schemas): `make test` runs them, `make test-fast` renders every stack
+    # in test_k8s_render instead
+    pytest.param("ray", [], marks=pytest.mark.slow), pytest.param("triton", [], marks=pytest.mark.slow),
+    pytest.param("kserve", [], marks=pytest.mark.slow),
+    pytest.param("kserve", ["--opt", "mode=inprocess"], marks=pytest.mark.slow)])
 def test_compare_dry_run_writes_valid_manifests(kind, extra, tmp_path, capsys, monkeypatch):
     def no_cluster(*args, **kwargs):
         raise AssertionError("a dry run must not reach the cluster")
