@@ -42,7 +42,7 @@ from stacks.base import (
 )
 from stacks.kserve_manifests import pod_process, render
 from stacks.procs import running, wait_http_ready
-from stacks.vllm import VllmStack, engine_args, engine_env, engine_python, has_gpu, installed_vllm_version
+from stacks.vllm import VllmStack, engine_args, engine_env, engine_kwargs, engine_python, installed_vllm_version
 
 KSERVE_VENV = PROJECT_ROOT / ".venv-kserve"
 SERVER = PROJECT_ROOT / "scripts" / "kserve_server.py"
@@ -112,14 +112,19 @@ class KServeStack(VllmStack):
 
     def _deploy_proxy(self) -> None:
         assert self.engine is not None
+        config = self._server_ready_to_start()  # refused before the engine behind it is started
         self.engine.deploy()
-        self._deploy_server()
+        self._deploy_server(config)
 
-    def _deploy_server(self) -> None:
+    def _server_ready_to_start(self) -> dict:
         if not (self.venv / "bin" / "python").exists():
             raise LayerbenchError(f"KServe's SDK is not installed ({self.venv} missing): run `make setup-kserve`")
+        return self.server_config()
+
+    def _deploy_server(self, config: dict | None = None) -> None:
+        config = config or self._server_ready_to_start()
         self.settings.log_dir.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(json.dumps(self.server_config(), indent=2))
+        self.config_path.write_text(json.dumps(config, indent=2))
         self.start([str(engine_python(self.venv)), str(SERVER), str(self.config_path)], engine_env(self.settings))
 
     def server_config(self) -> dict:
@@ -130,15 +135,9 @@ class KServeStack(VllmStack):
         if self.engine is not None:
             return {**cfg, "predictor_url": self.engine.endpoint().base_url,
                     "read_timeout_s": 30.0}
-        e, s = self.settings.engine, self.settings
-        if e.extra_args:
-            raise LayerbenchError("engine.extra_args are vLLM CLI flags and cannot be forwarded to the in-process "
-                                  "engine's arguments; set the equivalent profile fields instead")
+        s = self.settings
         spec = {"model": str(s.model_path), "served_model_name": s.served_model_name,
-                "max_model_len": e.max_model_len, "max_num_seqs": e.max_num_seqs, "dtype": e.dtype,
-                "enforce_eager": e.enforce_eager, "enable_prefix_caching": e.enable_prefix_caching}
-        if has_gpu():
-            spec["gpu_memory_utilization"] = e.gpu_memory_utilization
+                **engine_kwargs(s, "the in-process engine's arguments")}
         return {**cfg, "engine": spec}
 
     def wait_ready(self, timeout: float, console: Console | None = None) -> float:

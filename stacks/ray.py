@@ -30,7 +30,7 @@ from stacks.procs import (
     log_tail,
     wait_http_ready,
 )
-from stacks.vllm import VllmStack, engine_env, engine_python, has_gpu, installed_vllm_version
+from stacks.vllm import VllmStack, engine_env, engine_kwargs, engine_python, has_gpu, installed_vllm_version
 
 DRIVER = Path(__file__).resolve().parent.parent / "scripts" / "ray_serve_app.py"
 
@@ -49,19 +49,6 @@ class RayOptions(StackOptions):
 # metrics exporter. Ray's single-machine mode (its default on macOS/Windows) keeps the node IP at
 # 127.0.0.1, and with it all of these bind to loopback.
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-
-
-def engine_kwargs(settings: DeploySettings) -> dict:
-    """The same engine settings the bare vLLM baseline gets as flags (stacks.vllm.engine_args)."""
-    e = settings.engine
-    if e.extra_args:
-        raise LayerbenchError("engine.extra_args are vLLM CLI flags and cannot be forwarded to Ray Serve LLM's "
-                              "engine_kwargs; set the equivalent profile fields instead")
-    kw = {"max_model_len": e.max_model_len, "max_num_seqs": e.max_num_seqs, "dtype": e.dtype,
-          "enforce_eager": e.enforce_eager, "enable_prefix_caching": e.enable_prefix_caching}
-    if has_gpu():
-        kw["gpu_memory_utilization"] = e.gpu_memory_utilization
-    return kw
 
 
 @register
@@ -103,7 +90,7 @@ class RayStack(LocalServerStack):
                "model_source": str(self.settings.model_path), "gpu": has_gpu(),
                "max_ongoing_requests": o.max_ongoing_requests, "ingress_replicas": o.ingress_replicas,
                "stream_batching_interval_ms": o.stream_batching_interval_ms,
-               "engine_kwargs": engine_kwargs(self.settings)}
+               "engine_kwargs": engine_kwargs(self.settings, "Ray Serve LLM's engine_kwargs")}
         self.settings.log_dir.mkdir(parents=True, exist_ok=True)
         cfg_path = self.settings.log_dir / f"ray-config-{self.port}.json"
         cfg_path.write_text(json.dumps(cfg, indent=2))

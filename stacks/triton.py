@@ -33,7 +33,7 @@ from stacks.base import (
 )
 from stacks.local import LocalServerStack
 from stacks.procs import free_port, log_tail, running
-from stacks.vllm import VllmStack, engine_env, has_gpu, installed_vllm_version
+from stacks.vllm import VllmStack, engine_env, engine_kwargs, installed_vllm_version
 
 TRITON_VENV = PROJECT_ROOT / ".venv-triton"
 MODEL_PY = PROJECT_ROOT / "scripts" / "triton_vllm_model.py"
@@ -109,17 +109,10 @@ class TritonStack(LocalServerStack):
 
     def engine_spec(self) -> dict:
         """The model's AsyncEngineArgs: the flags stacks.vllm.engine_args gives the baseline, as keywords."""
-        e, s = self.settings.engine, self.settings
-        if e.extra_args:
-            raise LayerbenchError("engine.extra_args are vLLM CLI flags and cannot be forwarded to the Triton "
-                                  "model's engine arguments; set the equivalent profile fields instead")
-        spec = {"model": str(s.model_path), "served_model_name": s.served_model_name,
-                "max_model_len": e.max_model_len, "max_num_seqs": e.max_num_seqs, "dtype": e.dtype,
-                "enforce_eager": e.enforce_eager, "enable_prefix_caching": e.enable_prefix_caching,
+        s = self.settings
+        return {"model": str(s.model_path), "served_model_name": s.served_model_name,
+                **engine_kwargs(s, "the Triton model's engine arguments"),
                 "report_engine_metrics": self.options.report_engine_metrics}
-        if has_gpu():
-            spec["gpu_memory_utilization"] = e.gpu_memory_utilization
-        return spec
 
     def write_repository(self) -> None:
         version = self.model_dir / "1"

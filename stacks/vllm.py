@@ -47,6 +47,21 @@ def engine_args(settings: DeploySettings) -> list[str]:
     return args + list(e.extra_args)
 
 
+def engine_kwargs(settings: DeploySettings, layer: str) -> dict:
+    """The engine flags of `engine_args` as vLLM's AsyncEngineArgs keywords, for a layer that runs the engine
+    itself (Ray Serve LLM's engine_kwargs, Triton's and KServe's in-process models). `extra_args` are CLI
+    flags with no keyword form: refused, naming the layer."""
+    e = settings.engine
+    if e.extra_args:
+        raise LayerbenchError(f"engine.extra_args are vLLM CLI flags and cannot be forwarded to {layer}; set the "
+                              "equivalent profile fields instead")
+    kw = {"max_model_len": e.max_model_len, "max_num_seqs": e.max_num_seqs, "dtype": e.dtype,
+          "enforce_eager": e.enforce_eager, "enable_prefix_caching": e.enable_prefix_caching}
+    if has_gpu():
+        kw["gpu_memory_utilization"] = e.gpu_memory_utilization
+    return kw
+
+
 def has_gpu() -> bool:
     try:
         return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=10).returncode == 0

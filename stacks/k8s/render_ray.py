@@ -29,7 +29,7 @@ from stacks.k8s.common import (
     template,
 )
 from stacks.k8s.plan import ClusterSettings
-from stacks.ray import engine_kwargs
+from stacks.vllm import engine_kwargs
 
 RAY_HF_HOME = "/home/ray/.cache/huggingface"  # Ray's images run as the user `ray`
 SERVE_PORT = 8000
@@ -47,7 +47,8 @@ def serve_config(stack: Stack, cs: ClusterSettings, hf_home: str = RAY_HF_HOME) 
     o = stack.options
     e = stack.settings.engine
     ref = model_ref(cs, hf_home)
-    kwargs = {**engine_kwargs(stack.settings), "gpu_memory_utilization": e.gpu_memory_utilization}
+    kwargs = {**engine_kwargs(stack.settings, "Ray Serve LLM's engine_kwargs"),
+              "gpu_memory_utilization": e.gpu_memory_utilization}
     if ref.revision:
         kwargs["revision"] = ref.revision
     env = {**engine_env(hf_home), "RAY_USAGE_STATS_ENABLED": "0"}

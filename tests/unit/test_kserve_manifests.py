@@ -11,10 +11,10 @@ import pytest
 from harness.errors import LayerbenchError
 from stacks.base import DeploySettings
 from stacks.crds import crd_dir, validate
-from stacks.kserve import KServeStack
+from stacks.kserve import KSERVE_VENV, KServeStack
 from stacks.kserve_manifests import pod_process, render
 from stacks.manifest_policy import check_manifest
-from stacks.vllm import VllmStack, engine_args
+from stacks.vllm import VllmStack, engine_args, engine_kwargs
 
 needs_crds = pytest.mark.skipif(not (crd_dir() / "serving.kserve.io_inferenceservices.yaml").exists(),
                                 reason=f"KServe CRDs not found in {crd_dir()} (set LAYERBENCH_CRD_DIR)")
@@ -68,3 +68,28 @@ def test_kserve_stack_is_measured_against_bare_vllm_from_the_same_environment(tm
     base = stack.baseline()
     assert isinstance(base, VllmStack) and type(base) is VllmStack and base.venv == stack.venv
     assert stack.in_request_path is False and stack.options.mode == "raw"
+
+
+def test_kserve_data_plane_modes_run_the_baselines_engine_settings_from_the_kserve_environment(tmp_path):
+    settings = DeploySettings(log_dir=tmp_path, options={"mode": "inprocess"})
+    stack = KServeStack(settings)
+    assert stack.in_request_path is True and stack.venv == KSERVE_VENV == stack.baseline().venv
+    assert stack.endpoint().base_url.endswith(f":{stack.port}/openai")  # KServe's OpenAI routes
+    assert stack.metric_endpoints() == {"api": f"http://127.0.0.1:{stack.port}/metrics"}  # at KServe's root
+    spec = stack.server_config()["engine"]
+    assert spec == {"model": str(settings.model_path), "served_model_name": "tiny",
+                    **engine_kwargs(settings, "x")}
+    proxy = KServeStack(DeploySettings(log_dir=tmp_path, options={"mode": "proxy"}))
+    assert proxy.server_config()["predictor_url"] == proxy.engine.endpoint().base_url
+    assert set(proxy.metric_endpoints()) == {"api", "engine"}  # where vllm:* stays: the engine's own port
+
+
+def test_without_the_sdk_nothing_is_started(tmp_path, monkeypatch):
+    started = []
+    monkeypatch.setattr(VllmStack, "deploy", lambda self: started.append(self))
+    monkeypatch.setattr(KServeStack, "start", lambda self, *a, **k: started.append(self))
+    stack = KServeStack(DeploySettings(log_dir=tmp_path, model_path=tmp_path, options={"mode": "proxy"}))
+    stack.venv = tmp_path / "no-venv"
+    with pytest.raises(LayerbenchError, match="run `make setup-kserve`"):
+        stack.deploy()
+    assert started == []  # not even the bare vLLM behind the proxy
