@@ -185,8 +185,9 @@ def main() -> int:
     import kserve
 
     model = inprocess_model(cfg) if cfg["mode"] == "inprocess" else proxy_model(cfg)
-    server = kserve.ModelServer(http_port=cfg["port"], enable_grpc=False, workers=1,
-                                enable_latency_logging=cfg.get("latency_logging", True))
+    # KServe's defaults otherwise, its per-request access and timing log lines included (they are part of what
+    # its data plane costs)
+    server = kserve.ModelServer(http_port=cfg["port"], enable_grpc=False, workers=1)
     print(f"LAYERBENCH_KSERVE {cfg['mode']} on {cfg.get('host', '127.0.0.1')}:{cfg['port']}", flush=True)
     server.start([model])
     return 0

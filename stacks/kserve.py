@@ -60,8 +60,6 @@ class KServeOptions(StackOptions):
         "raw", description="raw: the predictor pod's vLLM process as RawDeployment runs it (KServe not in the "
         "request path); inprocess: KServe's ModelServer running vLLM in-process; proxy: KServe's "
         "OpenAIProxyModel in front of bare vLLM")
-    latency_logging: bool = Field(True, description="KServe's per-request latency log lines (its default: on); "
-                                  "not used in raw mode")
 
 
 @register
@@ -131,7 +129,7 @@ class KServeStack(VllmStack):
         """What scripts/kserve_server.py runs: the mode, the port, and the engine (in-process: the baseline's
         settings as AsyncEngineArgs; proxy: the bare vLLM's address)."""
         cfg = {"mode": self.mode, "name": self.settings.served_model_name, "host": "127.0.0.1", "port": self.port,
-               "latency_logging": self.options.latency_logging, "applied": str(self.applied_path)}
+               "applied": str(self.applied_path)}
         if self.engine is not None:
             return {**cfg, "predictor_url": self.engine.endpoint().base_url,
                     "read_timeout_s": 30.0}
