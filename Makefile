@@ -7,6 +7,7 @@
 #   make soak                  10 min at c=64 against the reference engine with faults on a schedule
 #   make compare STACK=ray RESUME=<run-id>   continue an interrupted or failed compare
 #   make test                  unit + integration tests (starts real vLLM on CPU)
+#   make compare STACK=kserve MODE=inprocess   KServe's modes: raw (default), inprocess, proxy
 #   make compare STACK=ray TARGET=k8s ARGS=--dry-run   the GPU cluster's manifests, rendered and validated (or docker)
 SHELL := /bin/bash
 PY ?= python3.11
@@ -44,7 +45,7 @@ setup-kserve: setup $(STAMPS)/kserve
 
 .PHONY: setup setup-ray setup-triton setup-kserve client run compare audit report soak test test-fast lint bench-harness clean help
 help:
-	@sed -n '2,10p' Makefile
+	@sed -n '2,11p' Makefile
 
 setup: client $(STAMPS)/engine $(STAMPS)/model
 client: $(STAMPS)/client
