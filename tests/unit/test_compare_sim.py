@@ -81,6 +81,7 @@ def test_hidden_metrics_are_lost_on_the_layer_port(tmp_path, write_profile):
     assert a.counts == {"lost": 39} and any("lost behind the layer" in n for n in a.notes)
 
 
+@pytest.mark.slow  # a whole sim compare (~9 s): `make test` runs it, `make test-fast` stays under 2 min
 def test_one_repeat_takes_its_interval_from_time_blocks(tmp_path, write_profile):
     rc, s, _ = compare(tmp_path, write_profile, repeats=1)
     for lv in s.levels:
