@@ -176,9 +176,6 @@ class KServeStack(VllmStack):
             procs.update(self.engine.processes())
         return procs
 
-    def ports(self) -> list[int]:
-        return [self.port]
-
     # --- where things are ---
     def endpoint(self) -> Endpoint:
         base = f"http://127.0.0.1:{self.port}"
