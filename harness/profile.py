@@ -39,6 +39,8 @@ class EngineSettings(BaseModel):
     kv_cache_gib: float = Field(1.0, gt=0, description="VLLM_CPU_KVCACHE_SPACE on CPU hosts")
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
     enable_prefix_caching: bool = True
+    kv_cache_dtype: str = Field("auto", min_length=1, description="vLLM's --kv-cache-dtype (auto: the model's "
+                                "dtype; fp8 halves the KV bytes per token where the engine supports it)")
     extra_args: list[str] = Field(default_factory=list)
 
 

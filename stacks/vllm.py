@@ -42,6 +42,8 @@ def engine_args(settings: DeploySettings) -> list[str]:
         args.append("--enforce-eager")
     if not e.enable_prefix_caching:
         args.append("--no-enable-prefix-caching")
+    if e.kv_cache_dtype != "auto":
+        args += ["--kv-cache-dtype", e.kv_cache_dtype]
     if has_gpu():
         args += ["--gpu-memory-utilization", str(e.gpu_memory_utilization)]
     return args + list(e.extra_args)
@@ -57,6 +59,8 @@ def engine_kwargs(settings: DeploySettings, layer: str) -> dict:
                               "equivalent profile fields instead")
     kw = {"max_model_len": e.max_model_len, "max_num_seqs": e.max_num_seqs, "dtype": e.dtype,
           "enforce_eager": e.enforce_eager, "enable_prefix_caching": e.enable_prefix_caching}
+    if e.kv_cache_dtype != "auto":
+        kw["kv_cache_dtype"] = e.kv_cache_dtype
     if has_gpu():
         kw["gpu_memory_utilization"] = e.gpu_memory_utilization
     return kw
