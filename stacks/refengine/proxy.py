@@ -5,6 +5,7 @@
   delays do not pile up while events are further apart than the delay);
 - rechunk: merge N upstream content events into one event carrying all their text (like Ray Serve's stream
   batching), so tokens per event rises while usage still carries the true token count;
+- max_ongoing: at most N requests forwarded at once (a layer that caps the engine's concurrency);
 - metrics: pass | hide (404, like Ray Serve's API port) | rename (vllm:* -> proxy_vllm_*, like ray_vllm_*).
 
 What it actually added is recorded per request and served at GET /proxy/stats, so a benchmark compares
@@ -41,6 +42,8 @@ class ProxyConfig(BaseModel):
     rechunk: int = Field(1, ge=1)
     metrics: Literal["pass", "hide", "rename"] = "pass"
     rename_prefix: str = "proxy_vllm_"
+    max_ongoing: int = Field(0, ge=0, description="at most this many requests forwarded at once, the others wait "
+                             "in the proxy (like a layer's max_ongoing_requests; 0: no limit)")
     proxy_die_after: int = Field(0, ge=0, description="SIGKILL the proxy's own process group when request N+1 "
                            "arrives, with requests in flight (0: never): the layer dies, the engine lives")
 
@@ -77,6 +80,7 @@ class Proxy:
         self.held_request_ns: list[int] = []  # downstream arrival -> sent upstream
         self.held_event_ns: list[int] = []  # upstream event arrival -> forwarded downstream
         self.posts = 0
+        self.ongoing = asyncio.Semaphore(cfg.max_ongoing) if cfg.max_ongoing else None
 
     def stats(self) -> dict:
         def pct(xs):
@@ -115,6 +119,13 @@ class Proxy:
         if up is None:
             up = resp.state["upstream"] = Upstream(self.cfg)
             resp.on_close.append(up.close)
+        if self.ongoing is not None and req.method == "POST":
+            async with self.ongoing:
+                await self._forward(req, resp, up, t_arrival)
+        else:
+            await self._forward(req, resp, up, t_arrival)
+
+    async def _forward(self, req: Request, resp: Responder, up: Upstream, t_arrival: int) -> None:
         if self.cfg.request_delay_ms and req.method == "POST":
             await self.timer.sleep_until(t_arrival + int(self.cfg.request_delay_ms * 1e6))
         try:

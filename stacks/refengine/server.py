@@ -28,7 +28,7 @@ import time
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from stacks.refengine.http import Request, Responder, run_server
 from stacks.refengine.metrics import SimMetrics
@@ -49,6 +49,10 @@ class SimConfig(BaseModel):
     tokens_per_chunk: int = Field(1, ge=1)
     jitter_ms: float = Field(0.0, ge=0)
     max_num_seqs: int = Field(256, ge=1)
+    interference_above: int = Field(0, ge=0, description="while more than this many requests run, each token "
+                                    "takes interference_itl_ms instead of itl_ms: decodes stalled by other requests' "
+                                    "prefill, with a known knee (0: never)")
+    interference_itl_ms: float = Field(0.0, ge=0)
     kv_capacity_tokens: int = Field(524_288, ge=1)
     fail_500: float = Field(0.0, ge=0, le=1)
     fail_429: float = Field(0.0, ge=0, le=1)
@@ -61,6 +65,15 @@ class SimConfig(BaseModel):
     startup_delay_s: float = Field(0.0, ge=0)
     shutdown_delay_s: float = Field(0.0, ge=0)
     seed: int = 0
+    max_position_embeddings: int = Field(32768, ge=1, description="the model's context limit: a longer "
+                                         "max_model_len is refused at start-up, as vLLM refuses it")
+
+    @model_validator(mode="after")
+    def _fits(self) -> SimConfig:
+        if self.max_model_len > self.max_position_embeddings:
+            raise ValueError(f"User-specified max_model_len ({self.max_model_len}) is greater than the model's "
+                             f"max_position_embeddings ({self.max_position_embeddings})")
+        return self
 
 
 # what POST /sim/faults may change while the engine runs
@@ -245,9 +258,14 @@ class Engine:
         sent = 0
         prev_sent_ns = None
         t_first_sent = 0
+        due = first_due
         for j in range(n_chunks):
             n = min(cfg.tokens_per_chunk, max_tokens - sent)
-            due = first_due + (sent + n - 1) * itl_ns  # a chunk leaves when its last token is due
+            # absolute deadlines: each token is due one interval after the previous token's deadline (never after
+            # its actual send), so lateness never accumulates; the interval depends on how many requests run
+            token_ns = itl_ns if not cfg.interference_above or self.running <= cfg.interference_above \
+                else int(cfg.interference_itl_ms * 1e6)
+            due += ((n - 1) if j == 0 else n) * token_ns  # a chunk leaves when its last token is due
             await self.timer.sleep_until(due)
             if cut and j >= n_chunks // 2:
                 resp.abort()
