@@ -9,6 +9,11 @@
 #   make test                  unit + integration tests (starts real vLLM on CPU)
 #   make compare STACK=kserve MODE=inprocess   KServe's modes: raw (default), inprocess, proxy
 #   make compare STACK=ray TARGET=k8s ARGS=--dry-run   the GPU cluster's manifests, rendered and validated (or docker)
+#   make capacity STACK=vllm   the highest concurrency meeting the SLA (SLA_TTFT_P95=0.5 SLA_ITL_P95=0.05, seconds)
+#   make capacity STACK=ray BASELINE=1   ... and its bare vLLM's: the capacity lost to the layer
+#   make sweep STACK=ray SETTING=max_num_seqs=16,64   an engine setting, on the bare engine and behind the layer
+#   make sweep STACK=ray OPT=ingress_replicas=1,2,4   which part of the layer costs: each shape vs the bare engine
+#   GPU_HOURLY_USD=2.29 (any command): reports add the run's cost and $ per million output tokens
 SHELL := /bin/bash
 PY ?= python3.11
 VENV := .venv
@@ -32,6 +37,11 @@ REPEATS ?=
 RESUME ?=
 DURATION ?= 600
 ARGS ?=
+BASELINE ?=
+SLA_TTFT_P95 ?=
+SLA_ITL_P95 ?=
+SETTING ?=
+OPT ?=
 LB := $(VENV)/bin/layerbench
 
 # stacks that need the engine environment and the model; the others only need the client
@@ -43,9 +53,10 @@ setup-ray: setup $(STAMPS)/ray
 setup-triton: setup $(STAMPS)/triton
 setup-kserve: setup $(STAMPS)/kserve
 
-.PHONY: setup setup-ray setup-triton setup-kserve client run compare audit report soak test test-fast lint bench-harness clean help
+.PHONY: setup setup-ray setup-triton setup-kserve client run compare capacity sweep audit report soak test test-fast lint \
+	bench-harness clean help
 help:
-	@sed -n '2,11p' Makefile
+	@sed -n '2,16p' Makefile
 
 setup: client $(STAMPS)/engine $(STAMPS)/model
 client: $(STAMPS)/client
@@ -84,6 +95,15 @@ run: $(needs)
 compare: $(needs)
 	$(LB) compare $(if $(RESUME),--resume $(RESUME),--stack $(STACK) --profile $(PROFILE)) \
 		$(if $(REPEATS),--repeats $(REPEATS)) $(if $(MODE),--opt mode=$(MODE)) --target $(TARGET) $(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) $(ARGS)
+
+capacity: $(needs)
+	$(LB) capacity --stack $(STACK) --profile $(PROFILE) $(if $(URL),--url $(URL)) $(if $(MODE),--opt mode=$(MODE)) \
+		$(if $(filter-out 0 no false,$(BASELINE)),--baseline) $(if $(SLA_TTFT_P95),--sla-ttft-p95 $(SLA_TTFT_P95)) \
+		$(if $(SLA_ITL_P95),--sla-itl-p95 $(SLA_ITL_P95)) $(ARGS)
+
+sweep: $(needs)
+	$(LB) sweep --stack $(STACK) --profile $(PROFILE) $(if $(SETTING),--setting $(SETTING)) $(if $(OPT),--option $(OPT)) \
+		$(if $(REPEATS),--repeats $(REPEATS)) $(if $(MODE),--opt mode=$(MODE)) $(ARGS)
 
 audit: $(needs)
 	$(LB) audit --stack $(STACK) $(if $(URL),--url $(URL)) $(if $(MODE),--opt mode=$(MODE)) --target $(TARGET) $(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) $(ARGS)

@@ -8,53 +8,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
-from rich.console import Console
-
+from harness.cliutil import console, err_console, parse_options, recorded, settings_for
 from harness.errors import LayerbenchError
-from harness.profile import LoadProfile, load_profile
+from harness.profile import load_profile
 from harness.prompts import new_run_id
 from harness.results import RESULTS_DIR, RunWriter
 from harness.targets import add_target_arguments, check_target, run_target
-
-# Wide tables stay readable when output goes to a file or CI log instead of a terminal.
-console = Console(width=None if sys.stdout.isatty() else 170)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 170)
-
-
-class Outcome:
-    """How a command's deployments ended; `recorded` fills it and always marks the run folder."""
-
-    def __init__(self) -> None:
-        self.status, self.reason = "failed", None
-
-    def exit_code(self, writer: RunWriter) -> int:
-        """130 after Ctrl-C; LayerbenchError (exit 2) when failed; 0 when complete."""
-        if self.status == "interrupted":
-            err_console.print(f"[yellow]{self.reason}[/]; measured so far is kept in {writer.dir}")
-            return 130
-        if self.status != "complete":
-            raise LayerbenchError(f"{self.reason}\n(run marked {self.status}: {writer.dir}/run.json)")
-        return 0
-
-
-@contextmanager
-def recorded(writer: RunWriter):
-    """Runs the body; Ctrl-C/SIGTERM and LayerbenchError become the outcome (teardown has already run in the
-    body's `with stack`); run.json is marked complete / failed / interrupted whatever happened."""
-    out = Outcome()
-    try:
-        yield out
-        if out.status == "failed" and out.reason is None:
-            out.status = "complete"
-    except KeyboardInterrupt:
-        out.status, out.reason = "interrupted", "interrupted by the user (Ctrl-C / SIGTERM); deployments torn down"
-    except LayerbenchError as e:
-        out.status, out.reason = "failed", str(e)
-    finally:
-        writer.finish(out.status, out.reason)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -63,7 +24,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile or "quick")
     stack_cls = get_stack(args.stack)
     run_id = new_run_id(args.stack)
-    stack = stack_cls(_settings(args, profile, Path(args.results_dir) / run_id / "logs"))  # validates options
+    stack = stack_cls(settings_for(args, profile, Path(args.results_dir) / run_id / "logs"))  # validates options
     if args.target != "local":
         return run_target("run", args, stack, profile, run_id, args.repeats, console)
     from harness.output import level_table, summary_markdown
@@ -92,16 +53,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     return outcome.exit_code(writer)
 
 
-def _settings(args: argparse.Namespace, profile: LoadProfile, log_dir: Path):
-    from stacks.base import DeploySettings
-
-    options = parse_options(getattr(args, "opt", None))
-    if getattr(args, "port", None):
-        options["port"] = args.port
-    return DeploySettings(target=getattr(args, "target", "local"), engine=profile.engine,
-                          url=getattr(args, "url", None), log_dir=log_dir, options=options)
-
-
 def cmd_compare(args: argparse.Namespace) -> int:
     import time
 
@@ -121,7 +72,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     stack_cls = get_stack(args.stack)
     repeats = plan.repeats if plan else args.repeats or max(profile.repeats, 2)  # a noise band needs >= 2 sweeps
     run_id = plan.run_id if plan else new_run_id(f"compare-{args.stack}")
-    stack = stack_cls(_settings(args, profile, results / run_id / "logs"))  # validates options
+    stack = stack_cls(settings_for(args, profile, results / run_id / "logs"))  # validates options
     if args.target != "local":
         return run_target("compare", args, stack, profile, run_id, repeats, console)
     from harness.compare import latest_aa, observer_effect, run_compare
@@ -168,7 +119,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
         "warmup_waves": 0, "repeats": 1})
     stack_cls = get_stack(args.stack)
     run_id = new_run_id(f"audit-{args.stack}")
-    stack = stack_cls(_settings(args, profile, Path(args.results_dir) / run_id / "logs"))  # validates options
+    stack = stack_cls(settings_for(args, profile, Path(args.results_dir) / run_id / "logs"))  # validates options
     if args.target != "local":
         return run_target("audit", args, stack, profile, run_id, None, console)
     from harness.audit import audit_from_scrapes
@@ -231,27 +182,6 @@ def cmd_bench_harness(args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_options(pairs: list[str] | None) -> dict[str, str | int | float | bool]:
-    """--opt key=value (repeatable) -> stack options; numbers and booleans are typed."""
-    out: dict[str, str | int | float | bool] = {}
-    for pair in pairs or []:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise LayerbenchError(f"--opt takes key=value, got {pair!r}")
-        value: str | int | float | bool = raw
-        if raw.lower() in ("true", "false"):
-            value = raw.lower() == "true"
-        else:
-            for cast in (int, float):
-                try:
-                    value = cast(raw)
-                    break
-                except ValueError:
-                    continue
-        out[key.replace("-", "_")] = value
-    return out
-
-
 def build_parser() -> argparse.ArgumentParser:
     from harness import inputs
 
@@ -293,6 +223,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--results-dir", type=inputs.results_dir, default=str(RESULTS_DIR), help=results_help)
     add_target_arguments(a)
     a.set_defaults(func=cmd_audit)
+
+    from harness.cli_decide import add_parsers
+
+    add_parsers(sub, profile_help, results_help)
 
     rp = sub.add_parser("report", help="all-stacks summary table from every run under results/")
     rp.add_argument("--results-dir", default=str(RESULTS_DIR))

@@ -46,6 +46,17 @@ def positive_int(s: str) -> int:
     return n
 
 
+def positive_float(s: str) -> float:
+    """A finite number > 0 (seconds, dollars, GB/s)."""
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {_shown(s)}") from None
+    if not 0 < v < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {_shown(s)}")
+    return v
+
+
 def url(s: str) -> str:
     """An http(s) URL with a host and an optional port, returned unchanged. URLs are written to results, so a URL
     with credentials is refused, and not echoed in the message."""

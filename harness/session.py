@@ -31,9 +31,14 @@ def exposure(stack: Stack) -> list[str]:
     return live_facts(stack).non_loopback
 
 
+# What runs against a ready deployment: `harness.sweep.measure` (the profile's levels), or another search over
+# levels with its signature (`make capacity`).
+SweepFn = Callable[..., RunSummary]
+
+
 def deploy_and_measure(stack: Stack, profile: LoadProfile, writer: RunWriter, label: str, console: Console,
                        repeats: int | None = None, prior: RunSummary | None = None,
-                       invocation: int = 0) -> RunSummary:
+                       invocation: int = 0, sweep: SweepFn = measure) -> RunSummary:
     """Deploy (if needed), wait, verify, sweep. The caller owns teardown via the stack's context manager.
     prior: what an earlier invocation measured on this side; its complete levels are kept and skipped, and
     the deployment must report the same engine version and applied settings."""
@@ -66,7 +71,7 @@ def deploy_and_measure(stack: Stack, profile: LoadProfile, writer: RunWriter, la
         "startup_s": round(waited, 1), "pids": sorted(p.pid for ps in stack.processes().values() for p in ps),
         "logs": {k: str(v) for k, v in stack.log_locations().items()}}}
     writer.write_meta(deployments=deployments)
-    return measure(stack, profile, writer, summary, console, repeats, skip=skip, invocation=invocation)
+    return sweep(stack, profile, writer, summary, console, repeats, skip=skip, invocation=invocation)
 
 
 @dataclass
@@ -88,14 +93,15 @@ def sides(stack: Stack) -> list[tuple[str, Stack]]:
 
 def baseline_then_stack(targets: list[tuple[str, Stack]], profile: LoadProfile, writer: RunWriter,
                         console: Console, repeats: int, plan: ResumePlan | None = None,
-                        after_side: Callable[[Sides], None] | None = None, keep_going: bool = True) -> Sides:
+                        after_side: Callable[[Sides], None] | None = None, keep_going: bool = True,
+                        sweep: SweepFn = measure) -> Sides:
     """Deploy, measure and tear down each target in turn (`sides(stack)`, and for an audit the stack's other
     shapes after it): one at a time, the first torn down and verified gone before the next starts, as on a
     host with one accelerator. A baseline that fails stops everything (nothing to compare against); a later
     side that fails is recorded, with what it measured before, and the next side still runs.
     plan: a resumed compare; a side it measured completely is not deployed again. after_side: called after
     each side (deployed or taken from the plan), so the caller can write what it has. keep_going=False: stop at
-    the first side that fails."""
+    the first side that fails. sweep: what runs against each ready deployment (default: the profile's levels)."""
     out = Sides()
     invocation = plan.invocation if plan else 0
     for label, target in targets:
@@ -110,7 +116,7 @@ def baseline_then_stack(targets: list[tuple[str, Stack]], profile: LoadProfile, 
         try:
             with target:
                 out.runs[label] = deploy_and_measure(target, profile, writer, label, console, repeats, prior,
-                                                     invocation)
+                                                     invocation, sweep)
                 out.live[label] = live_facts(target)
             refresh_logs(out.live[label], target)
         except ResumeRefused:

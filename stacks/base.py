@@ -128,6 +128,9 @@ class Stack(ABC):
     in_request_path: ClassVar[bool] = True  # KServe RawDeployment is control-plane only
     # dead() only looks at local processes: cheap enough to ask every quarter second while a level runs
     cheap_liveness: ClassVar[bool] = True
+    # the engine loads settings.model_path, so the model's config.json sizes its KV cache (not so for the
+    # reference engine, or a server layerbench did not start)
+    loads_model: ClassVar[bool] = True
     exposure_hint: ClassVar[str] = ""  # how to close ports the deployment opens beyond loopback, if it can
     description: ClassVar[str] = ""
     Options: ClassVar[type[BaseModel]] = StackOptions  # what `--opt key=value` (and `--port`) may set

@@ -23,6 +23,7 @@ class EndpointOptions(NoOptions):
 @register
 class EndpointStack(Stack):
     kind = "endpoint"
+    loads_model = False
     description = "an existing OpenAI-compatible (or Triton) server (--url)"
     Options = EndpointOptions  # nothing is deployed: only how to talk to it
     options: EndpointOptions

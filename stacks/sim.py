@@ -71,6 +71,7 @@ class _LocalServer:
 @register
 class SimStack(Stack):
     kind = "sim"
+    loads_model = False
     in_request_path = False
     description = "reference engine of known timing (calibration, fast tests)"
     Options = SimOptions

@@ -1,0 +1,251 @@
+"""Capacity at an SLA: the highest load level at which TTFT p95 and ITL p95 both stay within their bounds
+(a single-GPU capacity study's "what one GPU holds"), found on one ready deployment by a coarse sweep (the
+profile's levels, then doubling) and a bisection between the last level that met the SLA and the first that
+broke it. Also how it broke, told apart as that study did: queueing (TTFT rises while requests wait) or
+prefill interference (ITL spikes: new requests' prefill pushes back the running decodes); and the engine's
+waiting requests and KV-cache usage at the last level that held, the candidates for a gateway's 429 threshold."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+from pydantic import BaseModel, Field
+from rich.console import Console
+
+from harness.profile import LoadProfile
+from harness.results import RunWriter
+from harness.sweep import LevelSummary, RunSummary, measure
+from stacks.base import Stack
+
+MAX_ERROR_SHARE = 0.01  # a level whose requests fail more often than this does not hold the SLA either
+RATE_STEP = 1.1  # open loop: bisection stops when the bracket is this narrow (hi / lo)
+
+
+class SLA(BaseModel):
+    """Bounds on a level's p95s, in seconds like the profile's `slo`; None: not bounded."""
+
+    ttft_p95_s: float = Field(gt=0)
+    itl_p95_s: float | None = Field(None, gt=0)
+
+    def text(self) -> str:
+        itl = f"{self.itl_p95_s * 1e3:g} ms" if self.itl_p95_s else "not bounded"
+        return f"TTFT p95 ≤ {self.ttft_p95_s * 1e3:g} ms, ITL p95 ≤ {itl}"
+
+
+class Probe(BaseModel):
+    """One measured level of the search."""
+
+    level: float
+    phase: Literal["coarse", "bisect"]
+    held: bool
+    why: list[str] = []  # which bound it broke, with the figures
+    ttft_p95_ms: float | None
+    itl_p95_ms: float | None
+    tok_s: float
+    goodput: float
+    error_share: float
+    waiting_max: float | None
+    running_max: float | None
+    kv_cache_usage_max: float | None
+
+
+class CapacityResult(BaseModel):
+    label: str
+    stack: str
+    kind: Literal["concurrency", "rate"]
+    sla: SLA
+    max_concurrency: int | None = None  # closed loop: the capacity (0: no level held)
+    max_rate: float | None = None  # open loop: the highest offered req/s that held
+    reached: bool = True  # False: every level held up to the search's ceiling; capacity is at least that
+    broke_at: float | None = None
+    how: Literal["queueing", "prefill interference", "errors", "none"] = "none"
+    how_text: str = ""
+    waiting_before_break: float | None = None  # 429-threshold candidates, at the last level that held
+    kv_usage_before_break: float | None = None
+    running_before_break: float | None = None
+    tok_s_at_capacity: float | None = None
+    probes: list[Probe] = []
+    message: str = ""
+
+    @property
+    def value(self) -> float:
+        return float(self.max_concurrency if self.kind == "concurrency" else self.max_rate or 0.0)
+
+
+def level_key(lv: LevelSummary) -> float:
+    rate = getattr(lv.stats, "rate", None)
+    return float(rate if rate is not None else lv.stats.concurrency)
+
+
+def probe_of(lv: LevelSummary, sla: SLA, phase: Literal["coarse", "bisect"]) -> Probe:
+    s = lv.stats
+    why = []
+    errors = s.failed / s.sent if s.sent else 1.0
+    if s.ttft_ms.p95 is None or s.ttft_ms.p95 > sla.ttft_p95_s * 1e3:
+        why.append(f"TTFT p95 {_ms(s.ttft_ms.p95)} > {sla.ttft_p95_s * 1e3:g} ms")
+    if sla.itl_p95_s is not None and (s.itl_ms.p95 is None or s.itl_ms.p95 > sla.itl_p95_s * 1e3):
+        why.append(f"ITL p95 {_ms(s.itl_ms.p95)} > {sla.itl_p95_s * 1e3:g} ms")
+    if errors > MAX_ERROR_SHARE:
+        why.append(f"{100 * errors:.0f}% of requests failed ({', '.join(f'{k} {v}' for k, v in s.errors.items())})")
+    return Probe(level=level_key(lv), phase=phase, held=not why, why=why, ttft_p95_ms=s.ttft_ms.p95,
+                 itl_p95_ms=s.itl_ms.p95, tok_s=s.throughput_tok_s, goodput=s.goodput, error_share=errors,
+                 waiting_max=lv.server.waiting_max, running_max=lv.server.running_max,
+                 kv_cache_usage_max=lv.server.kv_cache_usage_max)
+
+
+def _ms(v: float | None) -> str:
+    return "—" if v is None else f"{v:.0f} ms"
+
+
+def coarse_levels(profile: LoadProfile, ceiling: float) -> list[float]:
+    """The profile's levels, then doubling from the highest up to the ceiling."""
+    levels = [float(x) for x in _levels(profile) if x <= ceiling] or [float(min(_levels(profile)))]
+    while levels[-1] * 2 <= ceiling:
+        levels.append(levels[-1] * 2)
+    return levels
+
+
+def _levels(profile: LoadProfile) -> list[float]:
+    return list(profile.levels()) if hasattr(profile, "levels") else list(profile.concurrency)
+
+
+def _one_level(profile: LoadProfile, x: float) -> LoadProfile:
+    level: float | int = x if getattr(profile, "open_loop", False) else int(x)
+    if hasattr(profile, "with_levels"):
+        return profile.with_levels([level])
+    return profile.model_copy(update={"concurrency": [int(x)]})
+
+
+def search(probe: Callable[[float, Literal["coarse", "bisect"]], Probe], coarse: list[float],
+           integer: bool) -> list[Probe]:
+    """Coarse levels until one breaks, then bisection between the last that held and the first that broke."""
+    probes: list[Probe] = []
+    lo = hi = None
+    for x in coarse:
+        p = probe(x, "coarse")
+        probes.append(p)
+        if not p.held:
+            hi = x
+            break
+        lo = x
+    if lo is None or hi is None:
+        return probes
+    while (hi - lo > 1) if integer else (hi / lo > RATE_STEP):
+        mid = float((lo + hi) // 2) if integer else (lo * hi) ** 0.5
+        p = probe(mid, "bisect")
+        probes.append(p)
+        lo, hi = (mid, hi) if p.held else (lo, mid)
+    return probes
+
+
+def judge(label: str, stack: str, kind: Literal["concurrency", "rate"], sla: SLA, probes: list[Probe]
+          ) -> CapacityResult:
+    """The capacity, how it broke and the 429-threshold candidates, from the search's probes."""
+    r = CapacityResult(label=label, stack=stack, kind=kind, sla=sla, probes=probes)
+    held = sorted((p for p in probes if p.held), key=lambda p: p.level)
+    broke = sorted((p for p in probes if not p.held), key=lambda p: p.level)
+    unit = "c=" if kind == "concurrency" else ""
+    suffix = "" if kind == "concurrency" else " req/s"
+    if not probes:
+        r.message = "nothing was measured"
+        return r
+    if not held:
+        low = broke[0]
+        r.max_concurrency, r.max_rate = (0, None) if kind == "concurrency" else (None, 0.0)
+        r.broke_at = low.level
+        r.message = (f"capacity 0: no level met the SLA ({sla.text()}); the lowest, {unit}{low.level:g}{suffix}, had "
+                     f"TTFT p95 {_ms(low.ttft_p95_ms)}, ITL p95 {_ms(low.itl_p95_ms)}, {100 * low.error_share:.0f}% "
+                     "errors")
+        r.how, r.how_text = _how(None, low, sla)
+        return r
+    best = held[-1]
+    r.max_concurrency, r.max_rate = (int(best.level), None) if kind == "concurrency" else (None, best.level)
+    r.tok_s_at_capacity = best.tok_s
+    r.waiting_before_break, r.kv_usage_before_break = best.waiting_max, best.kv_cache_usage_max
+    r.running_before_break = best.running_max
+    above = [p for p in broke if p.level > best.level]
+    if not above:
+        r.reached = False
+        r.message = (f"every level held up to {unit}{best.level:g}{suffix}, the search's ceiling: the capacity is at "
+                     "least that (raise the ceiling with --max-level)")
+        return r
+    first = above[0]
+    r.broke_at = first.level
+    r.how, r.how_text = _how(best, first, sla)
+    r.message = (f"capacity {unit}{best.level:g}{suffix} at {sla.text()}: it broke at {unit}{first.level:g}{suffix} "
+                 f"({'; '.join(first.why)}), by {r.how}")
+    return r
+
+
+def _how(before: Probe | None, at: Probe, sla: SLA) -> tuple[Literal["queueing", "prefill interference", "errors"],
+                                                            str]:
+    """Queueing when TTFT is what grew past its bound (requests waiting for a slot); prefill interference when
+    ITL is (decodes stalled by new prefills); the larger overshoot of its bound decides when both broke."""
+    ttft_over = (at.ttft_p95_ms or 0) / (sla.ttft_p95_s * 1e3)
+    itl_over = (at.itl_p95_ms or 0) / (sla.itl_p95_s * 1e3) if sla.itl_p95_s else 0.0
+    was = (f"from {_ms(before.ttft_p95_ms)} / {_ms(before.itl_p95_ms)} at {before.level:g} "
+           if before else "")
+    moved = f"TTFT p95 / ITL p95 went {was}to {_ms(at.ttft_p95_ms)} / {_ms(at.itl_p95_ms)} at {at.level:g}"
+    if max(ttft_over, itl_over) <= 1.0 and at.error_share > MAX_ERROR_SHARE:
+        return "errors", f"requests failed ({100 * at.error_share:.0f}%) before latency broke; {moved}"
+    waiting = f"; up to {at.waiting_max:.0f} requests waited for a slot" if at.waiting_max else ""
+    if itl_over > ttft_over:
+        return "prefill interference", (f"{moved}: the gaps between tokens spiked, as when new requests' prefill "
+                                        f"pushes back the running decodes{waiting}")
+    return "queueing", f"{moved}: the first token waited, as when requests queue for the engine{waiting}"
+
+
+def searcher(sla: SLA, ceiling: float, results: dict[str, CapacityResult],
+             on_result: Callable[[CapacityResult], None] | None = None):
+    """A sweep for `harness.session.deploy_and_measure`: the capacity search on the ready deployment, one
+    `measure` call per probe (each probe is a level of the run's summary, written as it is measured)."""
+
+    def run(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunSummary, console: Console,
+            repeats: int | None = None, **_: object) -> RunSummary:
+        open_loop = bool(getattr(profile, "open_loop", False))
+        kind: Literal["concurrency", "rate"] = "rate" if open_loop else "concurrency"
+
+        def probe(x: float, phase: Literal["coarse", "bisect"]) -> Probe:
+            console.print(f"[bold]{summary.label}[/] capacity probe ({phase}): {'rate' if open_loop else 'c'}={x:g}")
+            n = len(summary.levels)
+            measure(stack, _one_level(profile, x), writer, summary, console, repeats=1)
+            measured = [probe_of(lv, sla, phase) for lv in summary.levels[n:]]
+            worst = next((p for p in measured if not p.held), measured[-1])  # every repeat must hold
+            partial = judge(summary.label, stack.kind, kind, sla, [*results_so_far, worst])
+            results[summary.label] = partial
+            if on_result:
+                on_result(partial)
+            results_so_far.append(worst)
+            return worst
+
+        results_so_far: list[Probe] = []
+        probes = search(probe, coarse_levels(profile, ceiling), integer=not open_loop)
+        results[summary.label] = judge(summary.label, stack.kind, kind, sla, probes)
+        if on_result:
+            on_result(results[summary.label])
+        return summary
+
+    return run
+
+
+class CapacitySummary(BaseModel):
+    """summary.json of `make capacity`: the stack's capacity and, with BASELINE=1, its baseline's."""
+
+    run_id: str
+    stack: str
+    profile: str
+    status: str = "running"
+    sla: SLA
+    scrape_policy: str
+    capacity: CapacityResult | None = None
+    baseline: CapacityResult | None = None
+    lost_to_layer_pct: float | None = None  # 100 * (1 - stack / baseline)
+    failures: dict[str, str] = {}
+    wall_s: float | None = None
+    versions: dict[str, str] = {}
+
+    def finish(self) -> None:
+        b, s = self.baseline, self.capacity
+        if b and s and b.value > 0 and b.reached:
+            self.lost_to_layer_pct = 100.0 * (1.0 - s.value / b.value)

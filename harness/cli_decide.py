@@ -1,0 +1,183 @@
+"""`layerbench capacity` and `layerbench sweep`: the commands that turn measurements into decisions (how much
+load one GPU holds at an SLA, whether an engine setting still helps behind a layer, which part of the layer
+costs). Measurement lives in harness.capacity and harness.variants, presentation in their report modules."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+from harness import inputs
+from harness.cliutil import console, recorded, settings_for
+from harness.cost import price
+from harness.errors import LayerbenchError
+from harness.profile import EngineSettings, LoadProfile, load_profile
+from harness.prompts import new_run_id
+from harness.results import RESULTS_DIR, RunWriter
+
+
+def _local_only(args: argparse.Namespace, what: str) -> None:
+    if getattr(args, "target", "local") != "local":
+        raise LayerbenchError(f"{what} runs on the local target only; for a cluster, measure its Service with "
+                              "STACK=endpoint URL=...")
+
+
+def scraped_under_load(profile: LoadProfile) -> LoadProfile:
+    """The engine's waiting requests and KV usage are gauges: they are only seen by scrapes during the window,
+    so the capacity search polls (`scrape: interval`) unless the profile turned scraping off."""
+    if profile.scrape != "boundary":
+        return profile
+    data = profile.model_dump()
+    data.update(scrape="interval", min_duration_s=max(profile.min_duration_s, profile.scrape_interval_s))
+    return LoadProfile.model_validate(data)
+
+
+def cmd_capacity(args: argparse.Namespace) -> int:
+    from harness.capacity import SLA, CapacitySummary, searcher
+    from harness.capacity_report import write
+    from harness.session import baseline_then_stack, place, sides
+    from stacks.base import get_stack
+
+    _local_only(args, "capacity")
+    cost = price(args.gpu_hourly_usd)
+    profile = scraped_under_load(load_profile(args.profile or "quick"))
+    sla = SLA(ttft_p95_s=args.sla_ttft_p95 or profile.slo.ttft_s, itl_p95_s=args.sla_itl_p95 or profile.slo.itl_p95_s)
+    stack_cls = get_stack(args.stack)
+    run_id = new_run_id(f"capacity-{args.stack}")
+    stack = stack_cls(settings_for(args, profile, Path(args.results_dir) / run_id / "logs"))
+    if args.baseline and stack.baseline() is None:
+        raise LayerbenchError(f"stack {args.stack} has no baseline layerbench can deploy: BASELINE=1 needs a stack "
+                              "that names its bare vLLM (not endpoint)")
+    targets = sides(stack) if args.baseline else [("stack", stack)]
+    open_loop = bool(getattr(profile, "open_loop", False))
+    ceiling = args.max_level or (1000.0 if open_loop else 4 * profile.engine.max_num_seqs)
+    writer = RunWriter(run_id, Path(args.results_dir), meta={
+        "command": "capacity", "stack": args.stack, "profile": profile.model_dump(), "sla": sla.model_dump(),
+        "baseline": args.baseline, "ceiling": ceiling, "placement": place(profile), "pid": os.getpid(),
+        "options": dict(stack.settings.options)})
+    console.print(f"capacity [bold]{run_id}[/]: {args.stack}" + (" and its baseline" if args.baseline else "")
+                  + f" at {sla.text()} → {writer.dir}")
+    summary = CapacitySummary(run_id=run_id, stack=args.stack, profile=profile.name, sla=sla,
+                              scrape_policy=profile.scrape)
+
+    def keep(r) -> None:
+        if r.label == "baseline":
+            summary.baseline = r
+        else:
+            summary.capacity = r
+        writer.write_json("summary.json", summary.model_dump())
+
+    t0 = time.monotonic()
+    measured = None
+    with recorded(writer) as outcome:
+        measured = baseline_then_stack(targets, profile, writer, console, 1,
+                                       sweep=searcher(sla, float(ceiling), {}, keep))
+        summary.failures = dict(measured.failures)
+        summary.versions = {label: run.engine_version for label, run in measured.runs.items()}
+        if measured.failures:
+            outcome.reason = "; ".join(f"{k}: {v.splitlines()[0]}" for k, v in measured.failures.items())
+    summary.status, summary.wall_s = outcome.status, time.monotonic() - t0
+    summary.finish()
+    writer.write_json("summary.json", summary.model_dump())
+    report = write(summary, Path(args.reports_dir or "reports") / run_id, cost,
+                   _kv_tables(measured, {label: t.settings.engine for label, t in targets if t.loads_model},
+                              stack.settings.model_path) if measured else [])
+    writer.scrub(report.parent)
+    console.print(report.read_text(), markup=False, highlight=False)
+    console.print(f"report: {report} (+ report.html, capacity.png); results: {writer.dir} (status: {outcome.status})")
+    return outcome.exit_code(writer)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from harness.session import baseline_then_stack, place
+    from harness.variants import SweepSummary, plan, settle
+    from harness.variants_report import write
+    from stacks.base import get_stack
+
+    _local_only(args, "sweep")
+    if bool(args.setting) == bool(args.option):
+        raise LayerbenchError("sweep needs exactly one of SETTING=key=v1,v2 (an engine setting, on the bare engine "
+                              "and behind the layer) or OPT=key=v1,v2 (a stack option, each shape against the bare "
+                              "engine)")
+    cost = price(args.gpu_hourly_usd)
+    profile = load_profile(args.profile or "quick")
+    stack_cls = get_stack(args.stack)
+    kind = "setting" if args.setting else "option"
+    run_id = new_run_id(f"sweep-{args.stack}")
+    settings = settings_for(args, profile, Path(args.results_dir) / run_id / "logs")
+    key, values, targets, points = plan(kind, args.setting or args.option, stack_cls, settings)
+    repeats = args.repeats or profile.repeats
+    writer = RunWriter(run_id, Path(args.results_dir), meta={
+        "command": "sweep", "stack": args.stack, "kind": kind, "key": key, "values": values, "repeats": repeats,
+        "profile": profile.model_dump(), "placement": place(profile), "pid": os.getpid(),
+        "options": dict(settings.options)})
+    console.print(f"sweep [bold]{run_id}[/]: {args.stack} by {key} = {', '.join(values)} "
+                  f"({len(targets)} deployments, one at a time) → {writer.dir}")
+    summary = SweepSummary(run_id=run_id, stack=args.stack, kind=kind, key=key, values=values, profile=profile.name,
+                           repeats=repeats, points=points)
+    t0 = time.monotonic()
+    measured = None
+
+    def keep(m) -> None:
+        settle(summary, m.runs, m.failures, profile)
+        summary.failures = dict(m.failures)
+        writer.write_json("summary.json", summary.model_dump())
+
+    with recorded(writer) as outcome:
+        measured = baseline_then_stack(targets, profile, writer, console, repeats, after_side=keep)
+        if measured.failures:  # the other points are measured and reported; the exit code still says it
+            outcome.reason = "; ".join(f"{k}: {v.splitlines()[0]}" for k, v in measured.failures.items())
+    summary.status, summary.wall_s = outcome.status, time.monotonic() - t0
+    if measured is not None:
+        keep(measured)
+    report = write(summary, Path(args.reports_dir or "reports") / run_id, cost,
+                   _kv_tables(measured, {label: t.settings.engine for label, t in targets if t.loads_model},
+                              settings.model_path)
+                   if measured else [])
+    writer.scrub(report.parent)
+    console.print(report.read_text(), markup=False, highlight=False)
+    console.print(f"report: {report} (+ report.html, sweep.png); results: {writer.dir} (status: {outcome.status})")
+    return outcome.exit_code(writer)
+
+
+def _kv_tables(measured, engines: dict[str, EngineSettings], model_dir: Path) -> list:
+    """The KV-cache arithmetic beside each deployment's startup log (engines: label -> its engine settings)."""
+    from harness.kv_report import kv_tables
+
+    return kv_tables([(label, engines[label], run.applied) for label, run in measured.runs.items()
+                      if label in engines], model_dir)
+
+
+def add_parsers(sub, profile_help: str, results_help: str) -> None:
+    from harness.targets import add_target_arguments
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--stack", required=True)
+        p.add_argument("--profile", help=profile_help)
+        p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="stack option (repeatable)")
+        p.add_argument("--results-dir", type=inputs.results_dir, default=str(RESULTS_DIR), help=results_help)
+        p.add_argument("--reports-dir", type=inputs.results_dir, default=None, help="default: reports/")
+        p.add_argument("--gpu-hourly-usd", type=inputs.positive_float, default=None,
+                       help="what one GPU costs per hour: reports add the run's cost and $ per million output tokens "
+                       "(default: $GPU_HOURLY_USD)")
+        add_target_arguments(p)
+
+    c = sub.add_parser("capacity", help="the highest load that meets a TTFT/ITL p95 SLA, and how it breaks")
+    common(c)
+    c.add_argument("--url", type=inputs.url, help="server address for --stack endpoint")
+    c.add_argument("--sla-ttft-p95", type=inputs.positive_float, help="seconds (default: the profile's slo.ttft_s)")
+    c.add_argument("--sla-itl-p95", type=inputs.positive_float,
+                   help="seconds (default: the profile's slo.itl_p95_s; unset: ITL is reported, not bounded)")
+    c.add_argument("--baseline", action="store_true", help="also search the stack's version-matched bare vLLM")
+    c.add_argument("--max-level", type=inputs.positive_float,
+                   help="the search's ceiling (default: 4 x max_num_seqs, or 1000 req/s in an open-loop profile)")
+    c.set_defaults(func=cmd_capacity)
+
+    w = sub.add_parser("sweep", help="one engine setting (bare and behind the layer) or one layer option, swept")
+    common(w)
+    w.add_argument("--setting", metavar="KEY=V1,V2", help="an engine setting, e.g. max_num_seqs=16,64")
+    w.add_argument("--option", metavar="KEY=V1,V2", help="a stack option, e.g. ingress_replicas=1,2,4")
+    w.add_argument("--repeats", type=inputs.positive_int, help="sweeps per deployment (default: the profile's)")
+    w.set_defaults(func=cmd_sweep)
