@@ -73,11 +73,6 @@ class CapacityResult(BaseModel):
         return float(self.max_concurrency if self.kind == "concurrency" else self.max_rate or 0.0)
 
 
-def level_key(lv: LevelSummary) -> float:
-    rate = getattr(lv.stats, "rate", None)
-    return float(rate if rate is not None else lv.stats.concurrency)
-
-
 def probe_of(lv: LevelSummary, sla: SLA, phase: Literal["coarse", "bisect"]) -> Probe:
     s = lv.stats
     why = []
@@ -88,7 +83,7 @@ def probe_of(lv: LevelSummary, sla: SLA, phase: Literal["coarse", "bisect"]) -> 
         why.append(f"ITL p95 {_ms(s.itl_ms.p95)} > {sla.itl_p95_s * 1e3:g} ms")
     if errors > MAX_ERROR_SHARE:
         why.append(f"{100 * errors:.0f}% of requests failed ({', '.join(f'{k} {v}' for k, v in s.errors.items())})")
-    return Probe(level=level_key(lv), phase=phase, held=not why, why=why, ttft_p95_ms=s.ttft_ms.p95,
+    return Probe(level=float(lv.stats.level), phase=phase, held=not why, why=why, ttft_p95_ms=s.ttft_ms.p95,
                  itl_p95_ms=s.itl_ms.p95, tok_s=s.throughput_tok_s, goodput=s.goodput, error_share=errors,
                  waiting_max=lv.server.waiting_max, running_max=lv.server.running_max,
                  kv_cache_usage_max=lv.server.kv_cache_usage_max)
@@ -100,21 +95,14 @@ def _ms(v: float | None) -> str:
 
 def coarse_levels(profile: LoadProfile, ceiling: float) -> list[float]:
     """The profile's levels, then doubling from the highest up to the ceiling."""
-    levels = [float(x) for x in _levels(profile) if x <= ceiling] or [float(min(_levels(profile)))]
+    levels = [float(x) for x in profile.levels() if x <= ceiling] or [float(min(profile.levels()))]
     while levels[-1] * 2 <= ceiling:
         levels.append(levels[-1] * 2)
     return levels
 
 
-def _levels(profile: LoadProfile) -> list[float]:
-    return list(profile.levels()) if hasattr(profile, "levels") else list(profile.concurrency)
-
-
 def _one_level(profile: LoadProfile, x: float) -> LoadProfile:
-    level: float | int = x if getattr(profile, "open_loop", False) else int(x)
-    if hasattr(profile, "with_levels"):
-        return profile.with_levels([level])
-    return profile.model_copy(update={"concurrency": [int(x)]})
+    return profile.with_levels([x if profile.open_loop else int(x)])
 
 
 def search(probe: Callable[[float, Literal["coarse", "bisect"]], Probe], coarse: list[float],
@@ -203,7 +191,7 @@ def searcher(sla: SLA, ceiling: float, results: dict[str, CapacityResult],
 
     def run(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunSummary, console: Console,
             repeats: int | None = None, **_: object) -> RunSummary:
-        open_loop = bool(getattr(profile, "open_loop", False))
+        open_loop = profile.open_loop
         kind: Literal["concurrency", "rate"] = "rate" if open_loop else "concurrency"
 
         def probe(x: float, phase: Literal["coarse", "bisect"]) -> Probe:

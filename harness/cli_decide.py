@@ -51,8 +51,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
         raise LayerbenchError(f"stack {args.stack} has no baseline layerbench can deploy: BASELINE=1 needs a stack "
                               "that names its bare vLLM (not endpoint)")
     targets = sides(stack) if args.baseline else [("stack", stack)]
-    open_loop = bool(getattr(profile, "open_loop", False))
-    ceiling = args.max_level or (1000.0 if open_loop else 4 * profile.engine.max_num_seqs)
+    ceiling = args.max_level or (1000.0 if profile.open_loop else 4 * profile.engine.max_num_seqs)
     writer = RunWriter(run_id, Path(args.results_dir), meta={
         "command": "capacity", "stack": args.stack, "profile": profile.model_dump(), "sla": sla.model_dump(),
         "baseline": args.baseline, "ceiling": ceiling, "placement": place(profile), "pid": os.getpid(),

@@ -34,7 +34,8 @@ class RequestRecord:
     error: str | None = None  # http_<status> | timeout | disconnect | malformed | connect | server_error
     error_detail: str | None = None
     http_status: int | None = None
-    t_due_ns: int = 0
+    t_due_ns: int = 0  # closed loop: when the slot was free to send; open loop: the scheduled send time
+    t_task_ns: int = 0  # open loop: when the request's task began, before any connect (0 in closed loop)
     t_start_ns: int = 0
     t_end_ns: int = 0
     ttft_ms: float | None = None
@@ -46,6 +47,10 @@ class RequestRecord:
 
     @property
     def dispatch_delay_ms(self) -> float:
+        """How late the client itself was. Closed loop: slot free -> request written. Open loop: scheduled ->
+        the request's task began (the client's lateness; connecting is the server's side, counted in latency)."""
+        if self.t_task_ns:
+            return (self.t_task_ns - self.t_due_ns) / 1e6
         return (self.t_start_ns - self.t_due_ns) / 1e6
 
     @classmethod
@@ -55,6 +60,8 @@ class RequestRecord:
 
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in self.__slots__}  # no asdict: it deep-copies and was slower
+        if not self.t_task_ns:  # closed loop: its records keep their shape
+            del d["t_task_ns"]
         d["event_ms"] = [round(x, 3) for x in self.event_ms]
         d["dispatch_delay_ms"] = round(self.dispatch_delay_ms, 4)
         return d

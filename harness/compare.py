@@ -21,13 +21,15 @@ from harness.profile import LoadProfile
 from harness.results import RunWriter, read_jsonl
 from harness.resume import ResumePlan, ResumeRefused
 from harness.session import Sides, baseline_then_stack, sides
+from harness.stats import level_text
 from harness.steady import likely_cause
 from harness.sweep import LevelSummary, RunSummary
 from stacks.base import AppliedConfig, PublishedResult, Stack
 
 
 class LevelDelta(BaseModel):
-    concurrency: int
+    concurrency: int  # 0 in an open-loop level
+    rate: float | None = None  # open loop: the offered request rate (req/s)
     baseline_tok_s: float | None
     stack_tok_s: float | None
     delta_pct: float | None
@@ -50,13 +52,28 @@ class LevelDelta(BaseModel):
     stack_cpu_cores: dict[str, float]
     baseline_client_cores: float | None
     stack_client_cores: float | None
+    baseline_e2e_p95_ms: float | None = None
+    stack_e2e_p95_ms: float | None = None
+    scheduled_rate: float | None = None  # open loop: the schedule's rate as drawn (both sides share a schedule)
+    baseline_achieved_rate: float | None = None  # open loop: the rate the client actually sent at, req/s
+    stack_achieved_rate: float | None = None
+
+    @property
+    def level(self) -> float | int:
+        """The level's key: its offered rate in an open loop, its concurrency otherwise (LevelStats.level)."""
+        return self.rate if self.rate is not None else self.concurrency
+
+    @property
+    def level_text(self) -> str:
+        return level_text(self.level, self.rate is not None)
 
 
 class AAReference(BaseModel):
     """The latest A/A compare (bare vLLM vs bare vLLM) of the same profile: this host's noise floor."""
 
     run_id: str
-    levels: dict[int, tuple[float | None, float | None, str]]  # c -> (delta %, interval half-width %, verdict)
+    # level (c, or req/s in an open loop) -> (delta %, interval half-width %, verdict)
+    levels: dict[int | float, tuple[float | None, float | None, str]]
 
 
 class CompareSummary(BaseModel):
@@ -87,6 +104,11 @@ class CompareSummary(BaseModel):
     host_cores: int = 0
     invocations: int = 1  # how many `compare` / `compare --resume` invocations measured it
 
+    @property
+    def open_loop(self) -> bool:
+        """Its levels are offered request rates (an open-loop profile)."""
+        return any(lv.rate is not None for lv in self.levels)
+
 
 def latest_aa(results: Path, profile: str, exclude: str | None = None) -> AAReference | None:
     for path in sorted(results.glob("*compare-vllm*/compare.json"), reverse=True):
@@ -97,7 +119,7 @@ def latest_aa(results: Path, profile: str, exclude: str | None = None) -> AARefe
         except ValueError:
             continue  # written by another version of layerbench
         if s.status == "complete" and s.profile == profile and s.stack == "vllm":
-            return AAReference(run_id=s.run_id, levels={lv.concurrency: (
+            return AAReference(run_id=s.run_id, levels={lv.level: (
                 lv.delta_pct, lv.ci.half_width_pct if lv.ci else None, lv.verdict) for lv in s.levels})
     return None
 
@@ -140,11 +162,16 @@ def _cores(levels: list[LevelSummary]) -> tuple[dict[str, float], float | None]:
     return {k: float(np.mean(v)) for k, v in sorted(acc.items())}, (float(np.mean(client)) if client else None)
 
 
-def level_deltas(base: RunSummary | None, stack: RunSummary | None, concurrency: list[int]) -> list[LevelDelta]:
+def level_deltas(base: RunSummary | None, stack: RunSummary | None, levels: list[int] | list[float],
+                 open_loop: bool | None = None) -> list[LevelDelta]:
+    """One delta per level: `levels` are concurrencies, or offered rates when the runs are open-loop (default:
+    whichever the runs measured)."""
+    if open_loop is None:
+        open_loop = bool((base and base.open_loop) or (stack and stack.open_loop))
     out = []
-    for c in concurrency:
-        b_all = [lv for lv in (base.levels if base else []) if lv.stats.concurrency == c]
-        s_all = [lv for lv in (stack.levels if stack else []) if lv.stats.concurrency == c]
+    for c in levels:
+        b_all = [lv for lv in (base.levels if base else []) if lv.stats.level == c]
+        s_all = [lv for lv in (stack.levels if stack else []) if lv.stats.level == c]
         # a level stopped mid-way (its deployment died) is listed, but its figures are not a measurement
         b = [lv for lv in b_all if lv.incomplete is None]
         s = [lv for lv in s_all if lv.incomplete is None]
@@ -163,7 +190,8 @@ def level_deltas(base: RunSummary | None, stack: RunSummary | None, concurrency:
         b_cores, b_client = _cores(b)
         s_cores, s_client = _cores(s)
         out.append(LevelDelta(
-            concurrency=c, baseline_tok_s=bt, stack_tok_s=st, delta_pct=delta, ci=ci,
+            concurrency=0 if open_loop else int(c), rate=float(c) if open_loop else None,
+            baseline_tok_s=bt, stack_tok_s=st, delta_pct=delta, ci=ci,
             noise_pct=ci.half_width_pct if ci else None, verdict=verdict,
             baseline_not_steady=_unsteady(b), stack_not_steady=_unsteady(s),
             baseline_modes=[f"r{lv.stats.repeat + 1}: {lv.stats.ttft_modes.text()}" for lv in b if lv.stats.ttft_modes],
@@ -175,6 +203,11 @@ def level_deltas(base: RunSummary | None, stack: RunSummary | None, concurrency:
             stack_good_rps=mean(s, lambda lv: lv.stats.good_rps),
             baseline_cpu_cores=b_cores, stack_cpu_cores=s_cores,
             baseline_client_cores=b_client, stack_client_cores=s_client,
+            baseline_e2e_p95_ms=mean(b, lambda lv: lv.stats.e2e_ms.p95),
+            stack_e2e_p95_ms=mean(s, lambda lv: lv.stats.e2e_ms.p95),
+            scheduled_rate=mean(b + s, lambda lv: lv.stats.scheduled_rate),
+            baseline_achieved_rate=mean(b, lambda lv: lv.stats.achieved_rate),
+            stack_achieved_rate=mean(s, lambda lv: lv.stats.achieved_rate),
             invocations=sorted({lv.invocation for lv in b + s}),
             incomplete=[f"{side} r{lv.stats.repeat + 1}: {lv.incomplete} ({lv.stats.sent} sent)"
                         for side, levels in (("baseline", b_all), ("stack", s_all)) for lv in levels
@@ -249,7 +282,8 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
     if "baseline" in summary.applied and "stack" in summary.applied:
         summary.settings_mismatches = settings_diff(summary.applied["baseline"], summary.applied["stack"])
         summary.settings_match = not summary.settings_mismatches
-    summary.levels = level_deltas(summary.runs.get("baseline"), summary.runs.get("stack"), profile.concurrency)
+    summary.levels = level_deltas(summary.runs.get("baseline"), summary.runs.get("stack"), profile.levels(),
+                                  profile.open_loop)
     scrapes = read_jsonl(writer.dir / "scrapes.jsonl")
     summary.audit = audit_from_scrapes(scrapes, measured.live, stack.kind, stack.metric_aliases(),
                                        stack.observability_note())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from harness.stats import levels_text
 from harness.steady import likely_cause
 from harness.sweep import RunSummary
 from harness.topology import cores_sentence
@@ -15,13 +16,23 @@ def fmt(v: float | None, pattern: str = "{:.1f}") -> str:
 
 LEVEL_COLUMNS = ["c", "ok/sent", "TTFT p50 ms", "TTFT p95 ms", "ITL p50 ms", "TPOT p50 ms", "E2E p95 ms",
                  "out tok/s", "goodput", "tok/chunk", "client CPU", "note"]
+# open loop: levels are offered rates, TTFT and E2E count from each request's scheduled send time
+# sent / scheduled: the rate the client kept, of the schedule's (a Poisson draw of n gaps is off the offered rate)
+OPEN_LOOP_COLUMNS = ["rate (req/s)", "sent / scheduled req/s", *LEVEL_COLUMNS[1:]]
+
+
+def level_columns(summary: RunSummary) -> list[str]:
+    return OPEN_LOOP_COLUMNS if summary.open_loop else LEVEL_COLUMNS
 
 
 def level_rows(summary: RunSummary) -> list[list[str]]:
     rows = []
+    open_loop = summary.open_loop
     for lv in summary.levels:
         s = lv.stats
         note = []
+        if s.off_schedule:
+            note.append(f"OFF SCHEDULE: {s.off_schedule}")
         if lv.client.reasons:
             note.append("; ".join(lv.client.reasons))
         if s.steady.steady is False:
@@ -35,8 +46,10 @@ def level_rows(summary: RunSummary) -> list[list[str]]:
             note.append(f"{lv.server.gaps} scrape gaps")
         if lv.incomplete:
             note.insert(0, f"STOPPED EARLY: {lv.incomplete}")
+        level = f"{s.rate:g}" if s.rate is not None else f"{s.concurrency}"
         rows.append([
-            f"{s.concurrency}" + (f" r{s.repeat + 1}" if s.repeat else ""), f"{s.succeeded}/{s.sent}",
+            level + (f" r{s.repeat + 1}" if s.repeat else ""),
+            *([f"{fmt(s.achieved_rate)} / {fmt(s.scheduled_rate)}"] if open_loop else []), f"{s.succeeded}/{s.sent}",
             fmt(s.ttft_ms.p50), fmt(s.ttft_ms.p95), fmt(s.itl_ms.p50, "{:.2f}"), fmt(s.tpot_ms.p50, "{:.2f}"),
             fmt(s.e2e_ms.p95), fmt(s.throughput_tok_s, "{:.0f}"), f"{100 * s.goodput:.0f}%",
             fmt(s.tokens_per_chunk, "{:.2f}"), f"{lv.client.cpu_pct:.0f}%", " ".join(note),
@@ -46,7 +59,7 @@ def level_rows(summary: RunSummary) -> list[list[str]]:
 
 def level_table(summary: RunSummary) -> Table:
     t = Table(title=f"{summary.stack} (vLLM {summary.engine_version}) — run {summary.run_id}")
-    for col in LEVEL_COLUMNS:
+    for col in level_columns(summary):
         t.add_column(col, justify="left" if col == "note" else "right")
     for row in level_rows(summary):
         t.add_row(*row)
@@ -77,7 +90,7 @@ def summary_markdown(summary: RunSummary, meta: dict) -> str:
                                      summary.engine_binding, summary.sampler_cpu_pct),
         f"- warmup sweep over every level before measuring: {'yes' if summary.warmup_sweep else 'no'}",
         "",
-        markdown_table(LEVEL_COLUMNS, level_rows(summary)),
+        markdown_table(level_columns(summary), level_rows(summary)),
         "",
     ]
     lines += [f"**Warning:** {w}" for w in health_warnings(summary)]
@@ -98,14 +111,20 @@ def scrape_policy_text(policy: str) -> str:
 def health_warnings(summary: RunSummary, who: str = "") -> list[str]:
     """One line per kind of trouble, saying what it means for the numbers."""
     out = []
+    ol = summary.open_loop
+    if summary.off_schedule_levels:
+        out.append(f"the load client could not keep to the arrival schedule{who} at "
+                   f"{levels_text(summary.off_schedule_levels, True)}: those levels were offered less (or burstier) "
+                   "load than their rate says; the level's note gives the achieved rate and the client's lateness.")
     if summary.client_saturated_levels:
-        out.append(f"the load client was saturated{who} at c={summary.client_saturated_levels}: those levels "
-                   "measure the client as much as the server.")
+        out.append(f"the load client was saturated{who} at {levels_text(summary.client_saturated_levels, ol)}: "
+                   "those levels measure the client as much as the server.")
     if summary.client_starved_levels:
         out.append(f"the load client was starved of CPU by the deployment{who} at "
-                   f"c={summary.client_starved_levels} (high event-loop lag at low client CPU): timestamps there "
-                   "are late by up to the loop lag shown in the level's note.")
+                   f"{levels_text(summary.client_starved_levels, ol)} (high event-loop lag at low client CPU): "
+                   "timestamps there are late by up to the loop lag shown in the level's note.")
     if summary.not_steady_levels:
-        out.append(f"not steady{who} at c={summary.not_steady_levels}: the two halves of the window differ by more "
-                   "than their noise (see the level's note); the level's mean hides a change of state.")
+        out.append(f"not steady{who} at {levels_text(summary.not_steady_levels, ol)}: the two halves of the window "
+                   "differ by more than their noise (see the level's note); the level's mean hides a change of "
+                   "state.")
     return out

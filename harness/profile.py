@@ -1,8 +1,14 @@
 """Load profiles: what load to send (levels, request counts, token lengths, SLOs) and the engine settings
-both deployments of a compare must share. Built-in profiles live in harness/profiles/*.yaml."""
+both deployments of a compare must share. Built-in profiles live in harness/profiles/*.yaml.
+
+A profile is closed-loop (levels are `concurrency`: exactly c requests in flight) unless it sets `rates`: then
+it is open-loop, its levels are offered request rates (req/s) and requests are sent on a schedule of `arrival`
+gaps (harness/openloop.py) whatever the server does."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -76,6 +82,13 @@ class LoadProfile(BaseModel):
     repeats: int = Field(1, ge=1)
     slo: SLO = Field(default_factory=SLO)
     engine: EngineSettings = Field(default_factory=EngineSettings)
+    rates: list[float] | None = Field(
+        None, description="open loop: offered request rates (req/s); when set, the profile's levels are these "
+        "rates and `concurrency` is not used")
+    arrival: Literal["poisson", "constant"] = Field(
+        "poisson", description="open loop: inter-arrival gaps, exponential (poisson) or 1/rate (constant)")
+    seed: int | None = Field(None, description="open loop: seed of the poisson schedule (default: from the run "
+                             "id, so a run, its resume and both sides of a compare replay the same arrivals)")
 
     @field_validator("concurrency")
     @classmethod
@@ -84,15 +97,33 @@ class LoadProfile(BaseModel):
             raise ValueError("concurrency levels must be positive integers")
         return sorted(set(v))
 
+    @field_validator("rates")
+    @classmethod
+    def _rates(cls, v: list[float] | None) -> list[float] | None:
+        if v is not None and (not v or any(r <= 0 for r in v)):
+            raise ValueError("rates must be a non-empty list of positive request rates (req/s)")
+        return None if v is None else sorted({float(r) for r in v})
+
     @model_validator(mode="after")
     def _long_enough(self) -> LoadProfile:
-        """Every level must hold a stationarity split, and under `interval` scraping at least one scrape."""
+        """Every level must hold a stationarity split, and under `interval` scraping at least one scrape; open-loop
+        fields only with `rates`. By value, not by which fields were given: a recorded profile (run.json, a
+        target's profile.yaml) holds every field, defaults included."""
         from harness.steady import min_requests
 
-        short = [c for c in self.concurrency if self.requests_for(c) < min_requests()]
+        if self.rates is not None and self.concurrency != type(self).model_fields["concurrency"].get_default(
+                call_default_factory=True):
+            raise ValueError("set either `concurrency` (closed loop: requests in flight) or `rates` (open loop: "
+                             "requests per second), not both")
+        if self.rates is None and (self.arrival != "poisson" or self.seed is not None):
+            raise ValueError(f"`{'arrival' if self.arrival != 'poisson' else 'seed'}` applies to open-loop profiles "
+                             "only: set `rates` (req/s) too, or remove it")
+
+        short = [x for x in self.levels() if self.requests_for(x) < min_requests()]
         if short:
             raise ValueError(f"levels {short} send fewer than {min_requests()} requests, too few to check that the "
-                             "level is steady (two halves of >= 10): raise `requests` or `requests_per_concurrency`")
+                             "level is steady (two halves of >= 10): raise `requests` or "
+                             + ("`min_duration_s`" if self.open_loop else "`requests_per_concurrency`"))
         if self.scrape == "interval" and self.min_duration_s < self.scrape_interval_s:
             raise ValueError(f"with scrape: interval a level must hold one scrape: set `min_duration_s` "
                              f"({self.min_duration_s}) >= `scrape_interval_s` ({self.scrape_interval_s})")
@@ -101,9 +132,31 @@ class LoadProfile(BaseModel):
     def warms_every_level(self) -> bool:
         return self.warmup_sweep if self.warmup_sweep is not None else not self.engine.enforce_eager
 
-    def requests_for(self, concurrency: int) -> int:
-        """Window size: short windows at high concurrency are all ramp and tail (see DESIGN, window size)."""
-        return max(self.requests, self.requests_per_concurrency * concurrency)
+    def requests_for(self, level: float) -> int:
+        """Window size. Closed loop: short windows at high concurrency are all ramp and tail (see DESIGN, window
+        size). Open loop: at least `requests`, and at least rate x `min_duration_s` (the schedule's length)."""
+        if self.open_loop:
+            return max(self.requests, math.ceil(level * self.min_duration_s))
+        return max(self.requests, self.requests_per_concurrency * int(level))
+
+    @property
+    def open_loop(self) -> bool:
+        """Levels are offered request rates (`rates`), not concurrencies."""
+        return self.rates is not None
+
+    def levels(self) -> list[float] | list[int]:
+        """The levels to measure: rates (req/s) in an open-loop profile, concurrencies otherwise."""
+        return list(self.rates) if self.rates is not None else list(self.concurrency)
+
+    def with_levels(self, levels: Sequence[float]) -> LoadProfile:
+        """A validated copy measuring `levels` instead (rates in an open-loop profile, concurrencies otherwise);
+        raises LayerbenchError naming the problem."""
+        data = self.model_dump()
+        data["rates" if self.open_loop else "concurrency"] = list(levels)
+        try:
+            return LoadProfile.model_validate(data)
+        except ValidationError as e:
+            raise LayerbenchError(f"levels {list(levels)} for profile {self.name!r}: {_problems(e)}") from None
 
 
 def builtin_profiles() -> list[str]:
@@ -141,8 +194,9 @@ def load_profile(name_or_path: str) -> LoadProfile:
     try:
         return LoadProfile.model_validate(data)
     except ValidationError as e:
-        problems = "; ".join(
-            (f"field '{'.'.join(str(x) for x in err['loc'])}': " if err["loc"] else "")
-            + err["msg"].removeprefix("Value error, ") for err in e.errors()
-        )
-        raise LayerbenchError(f"profile {path} is malformed: {problems}") from None
+        raise LayerbenchError(f"profile {path} is malformed: {_problems(e)}") from None
+
+
+def _problems(e: ValidationError) -> str:
+    return "; ".join((f"field '{'.'.join(str(x) for x in err['loc'])}': " if err["loc"] else "")
+                     + err["msg"].removeprefix("Value error, ") for err in e.errors())

@@ -3,7 +3,6 @@ and `make report`'s all-stacks table from every run under results/. Tables follo
 
 from __future__ import annotations
 
-import html
 import json
 from pathlib import Path
 
@@ -11,6 +10,8 @@ from harness.audit import AuditResult
 from harness.catalog import RunEntry, read_results
 from harness.compare import CompareSummary
 from harness.output import fmt, health_warnings, markdown_table, scrape_policy_text
+from harness.plots import plots, side_names
+from harness.render import Table, write_document
 from harness.topology import cores_sentence
 
 REPORTS_DIR = Path("reports")
@@ -21,20 +22,23 @@ CPU_HOST_NOTE = (
 )
 
 
-def side_names(s: CompareSummary) -> tuple[str, str]:
-    """Column names; an A/A compare has the same stack on both sides."""
-    if s.baseline_stack == s.stack:
-        return f"{s.baseline_stack} (A)", f"{s.stack} (B)"
-    return s.baseline_stack, s.stack
-
-
 def _pct(v: float | None) -> str:
     return "—" if v is None else f"{100 * v:.0f}%"
+
+
+def _level_head(s: CompareSummary) -> str:
+    return "rate (req/s)" if s.open_loop else "c"
+
+
+def _level(lv) -> str:
+    """A level's first cell: its concurrency, or its offered rate in an open loop."""
+    return f"{lv.rate:g}" if lv.rate is not None else str(lv.concurrency)
 
 
 def tables(s: CompareSummary) -> list[tuple[str, str, list[str], list[list[str]]]]:
     """(title, caption, header, rows) for every table of the report; md and html render the same data."""
     b, st = side_names(s)
+    lh = _level_head(s)
     out = []
     out.append(("Versions and engine settings", "Both deployments must run the same engine with the same settings; "
                 "the values below are what each one reported applying (/v1/models, startup log).",
@@ -46,36 +50,56 @@ def tables(s: CompareSummary) -> list[tuple[str, str, list[str], list[list[str]]
     aa = s.aa.levels if s.aa else {}
     out.append(("Throughput (output tok/s)", f"Mean of {s.repeats} repeat(s). The delta's 95% interval comes from "
                 "the repeats (Welch's t on the log ratio); a delta is an overhead or a gain only when its interval "
-                "excludes 0." + (f" A/A: the latest bare-vLLM-vs-bare-vLLM compare of this profile ({s.aa.run_id}), "
+                "excludes 0." + (" Open loop: both deployments were offered the same requests per second, so their "
+                                 "output tok/s differ only where one fell behind its arrivals (or by the tail of a "
+                                 "short window); read the latency table." if s.open_loop else "")
+                + (f" A/A: the latest bare-vLLM-vs-bare-vLLM compare of this profile ({s.aa.run_id}), "
                                  "this host's noise floor." if s.aa else " No A/A compare of this profile yet "
                                  "(`make compare STACK=vllm`)."),
-                ["c", f"{b}", f"{st}", "delta", "95% interval", "verdict", "A/A delta (± half-width)"]
+                [lh, f"{b}", f"{st}", "delta", "95% interval", "verdict", "A/A delta (± half-width)"]
                 + (["measured in"] if s.invocations > 1 else []),
-                [[str(lv.concurrency), fmt(lv.baseline_tok_s), fmt(lv.stack_tok_s), fmt(lv.delta_pct, "{:+.1f}%"),
+                [[_level(lv), fmt(lv.baseline_tok_s), fmt(lv.stack_tok_s), fmt(lv.delta_pct, "{:+.1f}%"),
                   lv.ci.text() + ("" if lv.ci.source == "repeats" else f" ({lv.ci.source})") if lv.ci else "—",
-                  lv.verdict, _aa_cell(aa.get(lv.concurrency))]
+                  lv.verdict, _aa_cell(aa.get(lv.level))]
                  + ([", ".join(_invocation(i) for i in lv.invocations) or "—"] if s.invocations > 1 else [])
                  for lv in s.levels]))
-    out.append(("Latency and goodput", "Goodput: share of all sent requests (failures count) within the SLO.",
-                ["c", f"{b} TTFT p95 ms", f"{b} goodput", f"{b} good req/s", f"{st} TTFT p95 ms", f"{st} goodput",
-                 f"{st} good req/s"],
-                [[str(lv.concurrency), fmt(lv.baseline_ttft_p95_ms), _pct(lv.baseline_goodput),
-                  fmt(lv.baseline_good_rps, "{:.2f}"), fmt(lv.stack_ttft_p95_ms), _pct(lv.stack_goodput),
-                  fmt(lv.stack_good_rps, "{:.2f}")] for lv in s.levels]))
+    if s.open_loop:
+        out.append(open_loop_latency_table(s))
+    else:
+        out.append(("Latency and goodput", "Goodput: share of all sent requests (failures count) within the SLO.",
+                    ["c", f"{b} TTFT p95 ms", f"{b} goodput", f"{b} good req/s", f"{st} TTFT p95 ms",
+                     f"{st} goodput", f"{st} good req/s"],
+                    [[str(lv.concurrency), fmt(lv.baseline_ttft_p95_ms), _pct(lv.baseline_goodput),
+                      fmt(lv.baseline_good_rps, "{:.2f}"), fmt(lv.stack_ttft_p95_ms), _pct(lv.stack_goodput),
+                      fmt(lv.stack_good_rps, "{:.2f}")] for lv in s.levels]))
     out += layer_table(s)
-    steady = [[str(lv.concurrency), side, "; ".join(getattr(lv, f"{key}_not_steady")) or "steady",
+    steady = [[_level(lv), side, "; ".join(getattr(lv, f"{key}_not_steady")) or "steady",
                "; ".join(getattr(lv, f"{key}_modes")) or "—"]
               for lv in s.levels for side, key in ((b, "baseline"), (st, "stack"))
               if getattr(lv, f"{key}_not_steady") or getattr(lv, f"{key}_modes")]
     out.append(("Steady state and TTFT modes", "A level is not steady when the two halves of its full-load window "
                 "differ in tok/s or TTFT p50 by more than their noise; bimodal TTFT gives the slow share and how "
                 "the slow requests cluster in streaks. Levels not listed were steady and unimodal on both sides.",
-                ["c", "deployment", "steady?", "TTFT modes"], steady or [["all", "both", "steady", "unimodal"]]))
+                [lh, "deployment", "steady?", "TTFT modes"], steady or [["all", "both", "steady", "unimodal"]]))
     rows = cpu_rows(s)
     out.append(("Where the CPU went (cores)", CPU_HOST_NOTE + f" Processes under {MINOR_CORES} cores at every "
-                "level are summed as 'other'.", ["deployment", "process", *[f"c={lv.concurrency}" for lv in s.levels]],
+                "level are summed as 'other'.", ["deployment", "process", *[lv.level_text for lv in s.levels]],
                 rows))
     return out + (audit_tables(s.audit) if s.audit else [])
+
+
+def open_loop_latency_table(s: CompareSummary) -> tuple[str, str, list[str], list[list[str]]]:
+    b, st = side_names(s)
+    return ("Latency and goodput", "Open loop: requests were sent at the offered rate whatever the deployment did, "
+            "and TTFT and E2E count from each request's scheduled send time, so a deployment that falls behind "
+            "shows its queue (no coordinated omission). Scheduled: the rate of the arrivals as drawn (a Poisson "
+            "draw is off the offered rate by chance; both deployments got the same one); sent: the rate the client "
+            "actually kept. Goodput: share of all sent requests (failures count) within the SLO.",
+            ["rate (req/s)", "scheduled req/s", f"{b} sent req/s", f"{b} TTFT p95 ms", f"{b} E2E p95 ms",
+             f"{b} goodput", f"{st} sent req/s", f"{st} TTFT p95 ms", f"{st} E2E p95 ms", f"{st} goodput"],
+            [[_level(lv), fmt(lv.scheduled_rate), fmt(lv.baseline_achieved_rate), fmt(lv.baseline_ttft_p95_ms),
+              fmt(lv.baseline_e2e_p95_ms), _pct(lv.baseline_goodput), fmt(lv.stack_achieved_rate),
+              fmt(lv.stack_ttft_p95_ms), fmt(lv.stack_e2e_p95_ms), _pct(lv.stack_goodput)] for lv in s.levels])
 
 
 def layer_table(s: CompareSummary) -> list[tuple[str, str, list[str], list[list[str]]]]:
@@ -85,13 +109,13 @@ def layer_table(s: CompareSummary) -> list[tuple[str, str, list[str], list[list[
         return []
     keys = list(run.layer_notes)
     rows = []
-    for c in sorted({lv.stats.concurrency for lv in run.levels}):
-        here = [lv.server.layer for lv in run.levels if lv.stats.concurrency == c and lv.incomplete is None]
+    for c in sorted({lv.stats.level for lv in run.levels}):
+        here = [lv.server.layer for lv in run.levels if lv.stats.level == c and lv.incomplete is None]
         vals = [[x[k] for x in here if k in x] for k in keys]
-        rows.append([str(c), *[fmt(sum(v) / len(v)) if v else "—" for v in vals]])
+        rows.append([f"{c:g}" if run.open_loop else str(c), *[fmt(sum(v) / len(v)) if v else "—" for v in vals]])
     caption = " ".join(f"{k}: {note}." for k, note in run.layer_notes.items())
     return [(f"The layer's own metrics ({s.stack})", caption + " Mean over repeats, from the level's scrapes of the "
-             "layer's metric endpoint.", ["c", *keys], rows)]
+             "layer's metric endpoint.", [_level_head(s), *keys], rows)]
 
 
 MINOR_CORES = 0.05
@@ -158,61 +182,14 @@ def audit_markdown(a: AuditResult, heading: str | None = None) -> list[str]:
     return md
 
 
-def plots(s: CompareSummary, out: Path) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cs = [lv.concurrency for lv in s.levels]
-    made = []
-
-    def save(name: str, fig) -> None:
-        fig.tight_layout()
-        fig.savefig(out / name, dpi=110)
-        plt.close(fig)
-        made.append(name)
-
-    for name, title, ylabel, bf, sf in (
-        ("throughput.png", "Output throughput", "tok/s", lambda lv: lv.baseline_tok_s, lambda lv: lv.stack_tok_s),
-        ("ttft_p95.png", "TTFT p95", "ms", lambda lv: lv.baseline_ttft_p95_ms, lambda lv: lv.stack_ttft_p95_ms),
-        ("goodput.png", "Goodput", "share of sent requests", lambda lv: lv.baseline_goodput,
-         lambda lv: lv.stack_goodput),
-    ):
-        fig, ax = plt.subplots(figsize=(6, 3.6))
-        for label, f, style in ((side_names(s)[0], bf, "o-"), (side_names(s)[1], sf, "s-")):
-            pts = [(c, f(lv)) for c, lv in zip(cs, s.levels, strict=True) if f(lv) is not None]
-            if pts:
-                ax.plot(*zip(*pts, strict=True), style, label=label)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(cs, [str(c) for c in cs])
-        ax.set(title=title, xlabel="concurrency", ylabel=ylabel)
-        ax.grid(alpha=0.3)
-        ax.legend()
-        save(name, fig)
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    pts = [(lv.concurrency, lv.delta_pct, lv.ci) for lv in s.levels if lv.delta_pct is not None]
-    if pts:
-        c, d, ci = zip(*pts, strict=True)
-        err = [[x - i.lo_pct if i else 0 for x, i in zip(d, ci, strict=True)],
-               [i.hi_pct - x if i else 0 for x, i in zip(d, ci, strict=True)]]
-        ax.errorbar(c, d, yerr=err, fmt="o-", capsize=4, label=f"{s.stack} vs {s.baseline_stack} (95% interval)")
-    ax.axhline(0, color="black", lw=0.8)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(cs, [str(x) for x in cs])
-    ax.set(title="Throughput delta", xlabel="concurrency", ylabel="%")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    save("delta.png", fig)
-    return made
-
-
 def _published(s: CompareSummary) -> list[str]:
     """Whether this run agrees with the published measurement of the same shape (same verdict at its level)."""
     p = s.published
     if p is None:
         return []
     said = f"- {p.source} measured {p.delta_pct:+.1f}% at c={p.concurrency} ({p.verdict}); "
+    if getattr(s, "open_loop", False):
+        return [said + "this run offered request rates, not concurrencies: no level to hold it to"]
     lv = next((lv for lv in s.levels if lv.concurrency == p.concurrency and lv.delta_pct is not None), None)
     if lv is None:
         return [said + f"this run has no c={p.concurrency} level to hold it to"]
@@ -230,7 +207,7 @@ def _headline(s: CompareSummary) -> list[str]:
     if s.options:
         lines.append("- stack options: " + ", ".join(f"{k}={v}" for k, v in s.options.items()))
     if top and top.delta_pct is not None:
-        lines.append(f"- at c={top.concurrency}: {s.stack} {top.stack_tok_s:.0f} tok/s vs {top.baseline_tok_s:.0f} "
+        lines.append(f"- at {top.level_text}: {s.stack} {top.stack_tok_s:.0f} tok/s vs {top.baseline_tok_s:.0f} "
                      f"({top.delta_pct:+.1f}%, {top.verdict}); goodput {_pct(top.stack_goodput)} vs "
                      f"{_pct(top.baseline_goodput)}; TTFT p95 {fmt(top.stack_ttft_p95_ms)} vs "
                      f"{fmt(top.baseline_ttft_p95_ms)} ms")
@@ -242,7 +219,7 @@ def _headline(s: CompareSummary) -> list[str]:
     if s.invocations > 1:
         lines.append(f"- measured over {s.invocations} invocations (`compare --resume`): the throughput table says "
                      "which one measured each level; the wall time is the last one's")
-    lines += [f"- **level stopped early** at c={lv.concurrency}: {x} (left out of the figures)"
+    lines += [f"- **level stopped early** at {lv.level_text}: {x} (left out of the figures)"
               for lv in s.levels for x in lv.incomplete]
     for label, run in s.runs.items():
         if run.scrape_gaps:
@@ -264,31 +241,16 @@ def _headline(s: CompareSummary) -> list[str]:
     return lines
 
 
-def write_report(s: CompareSummary, out_dir: Path) -> Path:
+def write_report(s: CompareSummary, out_dir: Path, bullets: list[str] | None = None,
+                 extra: list[Table] | None = None) -> Path:
+    """bullets: more headline lines (without "- "); extra: more tables after the report's own."""
     out_dir.mkdir(parents=True, exist_ok=True)
     images = plots(s, out_dir)
     title = f"layerbench: {s.stack}{f' ({s.shape})' if s.shape else ''} vs {s.baseline_stack} — {s.run_id}"
-    md = [f"# {title}", "", *_headline(s), ""]
-    for name, caption, header, rows in tables(s):
-        md += [f"## {name}", "", *([caption, ""] if caption else []), markdown_table(header, rows), ""]
-    md += ["## Plots", "", *[f"![{i}]({i})" for i in images], ""]
-    (out_dir / "report.md").write_text("\n".join(md))
-    h = [f"<!doctype html><meta charset='utf-8'><title>{html.escape(title)}</title>",
-         "<style>body{font:14px system-ui,sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;"
-         "margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}"
-         "td:first-child{text-align:left}img{max-width:48%;margin:4px}</style>",
-         f"<h1>{html.escape(title)}</h1><ul>"]
-    h += [f"<li>{html.escape(x[2:]).replace('**', '')}</li>" for x in _headline(s)]
-    h.append("</ul>")
-    for name, caption, header, rows in tables(s):
-        h.append(f"<h2>{html.escape(name)}</h2>" + (f"<p>{html.escape(caption)}</p>" if caption else ""))
-        h.append("<table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in header) + "</tr>")
-        h += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows]
-        h.append("</table>")
-    h += ["<h2>Plots</h2>", *[f"<img src='{i}' alt='{i}'>" for i in images]]
-    (out_dir / "report.html").write_text("\n".join(h))
+    headline = [line[2:] for line in _headline(s)] + list(bullets or [])
+    path = write_document(out_dir, title, headline, [*tables(s), *(extra or [])], images)
     (out_dir / "summary.json").write_text(json.dumps(s.model_dump(exclude={"runs"}), indent=2, default=str))
-    return out_dir / "report.md"
+    return path
 
 
 SUMMARY_HEADER = ["stack", "in request path?", "engine version", "delta at highest level", "goodput", "TTFT p95 ms",
@@ -319,7 +281,7 @@ def all_stacks_rows(entries: list[RunEntry]) -> list[list[str]]:
             top = next((lv for lv in reversed(s.levels) if lv.delta_pct is not None), None)
             rows.append([s.stack, "yes" if s.in_request_path else "no",
                          s.versions.get("stack", "—") + ("" if s.version_match else " (≠ baseline)"),
-                         f"{top.delta_pct:+.1f}% at c={top.concurrency} ({top.verdict})" if top else "—",
+                         f"{top.delta_pct:+.1f}% at {top.level_text} ({top.verdict})" if top else "—",
                          _pct(top.stack_goodput) if top else "—", fmt(top.stack_ttft_p95_ms) if top else "—",
                          _visible(s.audit), e.run_id, _status_cell(e)])
         elif d := e.summary:

@@ -38,8 +38,8 @@ class ResumePlan(BaseModel):
 
     def side_done(self, label: str) -> bool:
         run = self.prior.get(label)
-        want = {(r, c) for r in range(self.repeats) for c in self.profile.concurrency}
-        return run is not None and want <= {(lv.stats.repeat, lv.stats.concurrency) for lv in run.levels
+        want = {(r, x) for r in range(self.repeats) for x in self.profile.levels()}
+        return run is not None and want <= {(lv.stats.repeat, lv.stats.level) for lv in run.levels
                                             if lv.incomplete is None}
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import psutil
 from pydantic import BaseModel
@@ -43,7 +44,7 @@ class ClientHealth(BaseModel):
 
 
 class LevelRun(BaseModel):
-    concurrency: int
+    concurrency: int  # 0 in an open-loop level
     repeat: int
     records: list[dict]  # RequestRecord.to_json() of measured requests (warmup excluded)
     sent: int  # requests the level started; every one is in `records`, also when it was stopped
@@ -51,6 +52,7 @@ class LevelRun(BaseModel):
     client: ClientHealth
     process_cpu_s: dict[str, float]  # deployment process label -> CPU seconds during the measured window
     window_s: float
+    rate: float | None = None  # open loop (harness/openloop.py): the offered request rate, req/s
 
 
 def judge_client(cpu_pct: float, lag: Dist, dispatch: Dist) -> ClientHealth:
@@ -122,13 +124,23 @@ class Flow:
                           f"({self.connect_errors} connect errors)")
 
 
-async def _watch(flow: Flow, tasks: list[asyncio.Task], dead: Callable[[], str | None] | None) -> None:
+async def watch(flow: Flow, tasks: list[asyncio.Task], dead: Callable[[], str | None] | None) -> None:
     while flow.abort is None:
         await asyncio.sleep(WATCH_S)
         if flow.abort is None and dead is not None and (why := dead()):
             flow.abort = f"deployment died: {why}"
     for t in tasks:
         t.cancel()
+
+
+def stopped(rec: RequestRecord, e: BaseException, flow: Flow) -> None:
+    """Marks a request whose measurement was stopped by `e` (a cancellation or a client bug)."""
+    rec.ok, rec.t_end_ns = False, time.perf_counter_ns()
+    if isinstance(e, asyncio.CancelledError):
+        rec.error = "aborted" if flow.abort else "interrupted"
+        rec.error_detail = flow.abort or "stopped by Ctrl-C / SIGTERM while in flight"
+    else:
+        rec.error, rec.error_detail = "client_error", f"{type(e).__name__}: {e}"[:300]
 
 
 async def drive(client: StreamClient, gen: PromptGenerator, level: int, repeat: int, phase: str,
@@ -153,12 +165,7 @@ async def drive(client: StreamClient, gen: PromptGenerator, level: int, repeat: 
             try:
                 await client.measure(conn, gen.prompt(level, i + repeat * 1_000_000, phase), rec)
             except BaseException as e:  # taken means recorded, whatever stopped it
-                rec.ok, rec.t_end_ns = False, clock()
-                if isinstance(e, asyncio.CancelledError):
-                    rec.error = "aborted" if flow.abort else "interrupted"
-                    rec.error_detail = flow.abort or "stopped by Ctrl-C / SIGTERM while in flight"
-                else:
-                    rec.error, rec.error_detail = "client_error", f"{type(e).__name__}: {e}"[:300]
+                stopped(rec, e, flow)
                 conn.close()
                 record(rec)
                 raise
@@ -172,7 +179,7 @@ async def drive(client: StreamClient, gen: PromptGenerator, level: int, repeat: 
             due = clock()
 
     tasks = [asyncio.create_task(slot(c)) for c in conns]
-    watcher = asyncio.create_task(_watch(flow, tasks, dead))
+    watcher = asyncio.create_task(watch(flow, tasks, dead))
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
     except asyncio.CancelledError:  # Ctrl-C / SIGTERM: the slots record what they had in flight
@@ -223,7 +230,41 @@ async def run_level(client: StreamClient, gen: PromptGenerator, concurrency: int
             if warmup.abort:
                 return LevelRun(concurrency=concurrency, repeat=repeat, records=[], sent=0, aborted=warmup.abort,
                                 client=judge_client(0.0, Dist(), Dist()), process_cpu_s={}, window_s=0.0)
+        w = await measured_window(
+            lambda measured: drive(client, gen, concurrency, repeat, "measure", n_requests, min_duration_s, conns,
+                                   measured, dead),
+            on_record, on_progress, process_cpu, on_measure_start)
+    finally:
+        for c in conns:
+            c.close()
+    records = w.flow.records
+    disp_d = Dist.of([r.dispatch_delay_ms for r in records])
+    return LevelRun(
+        concurrency=concurrency, repeat=repeat, records=[r.to_json() for r in records], sent=w.flow.sent,
+        aborted=w.flow.abort, client=judge_client(w.cpu_pct, w.lag, disp_d),
+        process_cpu_s=w.process_cpu_s, window_s=w.window_s,
+    )
 
+
+@dataclass
+class Window:
+    """A measured window: its flow, the client's CPU and loop lag, and the deployment's CPU during it."""
+
+    flow: Flow
+    window_s: float
+    cpu_pct: float  # of one core
+    lag: Dist
+    process_cpu_s: dict[str, float]
+
+
+async def measured_window(run: Callable[[Callable[[RequestRecord], None]], Awaitable[Flow]],
+                          on_record: Callable[[RequestRecord], None],
+                          on_progress: Callable[[RequestRecord], None],
+                          process_cpu: Callable[[], dict[int, tuple[str, float]]] | None,
+                          on_measure_start: Callable[[], None] | None) -> Window:
+    """Runs one measured phase (`run(on_record)`, closed or open loop) with the client's CPU, its event-loop lag
+    and the deployment's CPU sampled around it."""
+    try:
         # Everything alive now (imports, warmup, earlier levels) is moved out of the collector's reach for the
         # window: a full collection of it took 40-70 ms here, a pause every in-flight stream's timestamps would
         # carry; young collections keep running and stay cheap. Undone after the window.
@@ -242,9 +283,7 @@ async def run_level(client: StreamClient, gen: PromptGenerator, concurrency: int
         monitor = asyncio.create_task(_lag_monitor(lag, stop))
         cpu0, wall0 = proc.cpu_times(), time.perf_counter()
         dep0 = process_cpu() if process_cpu else {}
-        flow = await drive(client, gen, concurrency, repeat, "measure", n_requests, min_duration_s, conns,
-                            measured, dead)
-        records = flow.records
+        flow = await run(measured)
         window = time.perf_counter() - wall0
         cpu1 = proc.cpu_times()
         dep1 = process_cpu() if process_cpu else {}
@@ -252,16 +291,8 @@ async def run_level(client: StreamClient, gen: PromptGenerator, concurrency: int
         await monitor
     finally:
         gc.unfreeze()
-        for c in conns:
-            c.close()
     cpu_pct = 100.0 * ((cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)) / window if window > 0 else 0.0
-    lag_d = Dist.of(lag)
-    disp_d = Dist.of([r.dispatch_delay_ms for r in records])
     dep_cpu: dict[str, float] = {}  # per label: processes started during the level count from zero
     for pid, (label, cpu) in dep1.items():
         dep_cpu[label] = dep_cpu.get(label, 0.0) + max(0.0, cpu - dep0.get(pid, (label, 0.0))[1])
-    return LevelRun(
-        concurrency=concurrency, repeat=repeat, records=[r.to_json() for r in records], sent=flow.sent,
-        aborted=flow.abort, client=judge_client(cpu_pct, lag_d, disp_d),
-        process_cpu_s=dep_cpu, window_s=window,
-    )
+    return Window(flow, window, cpu_pct, Dist.of(lag), dep_cpu)

@@ -42,7 +42,7 @@ class Scrape:
     reason: str | None = None  # set on gaps
     families: dict[str, str] = field(default_factory=dict)  # name -> type
     samples: dict[str, float] = field(default_factory=dict)  # 'name{labels}' -> value
-    level: int | None = None
+    level: float | None = None  # a concurrency, or an open-loop level's rate (req/s)
     phase: str | None = None  # "start" / "end" of a measured window; None for interval polls
     dur_ms: float | None = None  # how long the endpoint took to answer
 
@@ -104,7 +104,7 @@ def _scrape(client: httpx.Client, name: str, url: str) -> Scrape:
     return Scrape(now, name, url, True, status=200, families=families, samples=samples, dur_ms=dur_ms)
 
 
-def _scrape_all(client: httpx.Client, endpoints: dict[str, str], out, tags: dict, level: int | None,
+def _scrape_all(client: httpx.Client, endpoints: dict[str, str], out, tags: dict, level: float | None,
                 phase: str | None) -> None:
     for name, url in endpoints.items():
         try:
@@ -144,7 +144,7 @@ class Scraper:
         self.out_path = Path(out_path)
         self.out_path.touch()
         self._offset = self.out_path.stat().st_size
-        self._level = ctx.RawValue("i", 0)  # no lock: one int, written by us, read by the poller
+        self._level = ctx.RawValue("d", 0.0)  # no lock: one double, written by us, read by the poller
         self._stop = StopFlag(ctx)
         self._proc = ctx.Process(target=_scrape_loop, name="layerbench-scraper", daemon=True,
                                  args=(endpoints, interval_s, str(self.out_path), self.tags, self._level,
@@ -156,18 +156,18 @@ class Scraper:
         self.gap_reasons: dict[str, int] = {}  # reason class ("http 500", "timeout", ...) -> count
 
     @property
-    def level(self) -> int | None:
+    def level(self) -> float | None:
         return self._level.value or None
 
     @level.setter
-    def level(self, value: int | None) -> None:
-        self._level.value = value or 0
+    def level(self, value: float | None) -> None:
+        self._level.value = value or 0.0
 
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
-    def mark(self, level: int, phase: str) -> None:
+    def mark(self, level: float, phase: str) -> None:
         """Scrape every endpoint now, from this process (called between windows, when nothing is measured)."""
         if self.policy == "none" or not self.endpoints:
             return

@@ -53,7 +53,7 @@ def deploy_and_measure(stack: Stack, profile: LoadProfile, writer: RunWriter, la
                          engine_version=stack.engine_version(), applied=stack.verify_config(),
                          profile=profile.name, exposed_ports=open_ports,
                          layer_notes={m.key: m.note for m in stack.layer_metrics()})
-    skip: frozenset[tuple[int, int]] = frozenset()
+    skip: frozenset[tuple[int, float]] = frozenset()
     if prior is not None:
         changed = [f"{what}: was {a}, now {b}" for what, a, b in (
             ("engine version", prior.engine_version, summary.engine_version),
@@ -65,7 +65,7 @@ def deploy_and_measure(stack: Stack, profile: LoadProfile, writer: RunWriter, la
             summary.add(lv)
         summary.scrapes, summary.scrape_gaps = prior.scrapes, prior.scrape_gaps
         summary.scrape_gap_reasons = dict(prior.scrape_gap_reasons)
-        skip = frozenset((lv.stats.repeat, lv.stats.concurrency) for lv in prior.levels if lv.incomplete is None)
+        skip = frozenset((lv.stats.repeat, lv.stats.level) for lv in prior.levels if lv.incomplete is None)
     deployments = {**writer.meta.get("deployments", {}), label: {
         **stack.describe(), "engine_version": summary.engine_version, "applied": summary.applied.model_dump(),
         "startup_s": round(waited, 1), "pids": sorted(p.pid for ps in stack.processes().values() for p in ps),

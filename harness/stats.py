@@ -2,12 +2,17 @@
 
 Definitions (README, "Measurement definitions"): TTFT to the first text-carrying event; chunk ITL = gaps
 between content events; TPOT = (E2E - TTFT) / (output_tokens - 1); throughput = output tokens of
-successful requests / level wall time; goodput = good requests / ALL sent requests (failures are misses)."""
+successful requests / level wall time; goodput = good requests / ALL sent requests (failures are misses).
+
+Open-loop levels (a `rate`) count TTFT and E2E from each request's scheduled send time (`t_due_ns`), so a
+server that falls behind its arrivals cannot hide the queue (coordinated omission); ITL and TPOT are gaps and do
+not move. They are checked against their schedule: `off_schedule` says when the client could not keep to it."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 from pydantic import BaseModel
@@ -41,7 +46,7 @@ class Dist(BaseModel):
 
 
 class LevelStats(BaseModel):
-    concurrency: int
+    concurrency: int  # closed loop; 0 in an open-loop level
     repeat: int = 0
     sent: int
     succeeded: int
@@ -61,6 +66,82 @@ class LevelStats(BaseModel):
     dispatch_delay_ms: Dist
     steady: Stationarity = Stationarity(steady=None)
     ttft_modes: Modes | None = None
+    rate: float | None = None  # open loop: the offered request rate (req/s); None in closed loop
+    scheduled_rate: float | None = None  # open loop: the rate of the schedule as drawn (poisson: ~rate)
+    achieved_rate: float | None = None  # open loop: the rate the client actually sent at
+    off_schedule: str | None = None  # open loop: why the client did not keep to the schedule (None: it did)
+
+    @property
+    def level(self) -> float | int:
+        """The level's key: its offered rate in an open loop, its concurrency otherwise."""
+        return self.rate if self.rate is not None else self.concurrency
+
+    @property
+    def level_text(self) -> str:
+        return level_text(self.level, self.rate is not None)
+
+
+def level_text(level: float | int, open_loop: bool) -> str:
+    """`c=4` or `8 req/s`: how a level is named in tables and sentences."""
+    return f"{level:g} req/s" if open_loop else f"c={level}"
+
+
+def levels_text(levels: Sequence[float | int], open_loop: bool) -> str:
+    """A list of levels: `c=[1, 4]` (closed loop) or `2, 8 req/s` (open loop)."""
+    return f"{', '.join(f'{x:g}' for x in levels)} req/s" if open_loop else f"c={list(levels)}"
+
+
+# Off schedule (LevelStats.off_schedule), open loop only. The client sends request i at t0 + its scheduled
+# offset; a level is flagged when
+# - it sent slower than its schedule: (n - 1) / (last actual send - first scheduled send) is more than
+#   RATE_MARGIN below (n - 1) / (last scheduled send - first scheduled send). Against the schedule as drawn, not
+#   the offered rate: a Poisson sample of n gaps has a rate off by ~1/sqrt(n) (18% at 30 requests) by chance;
+#   for constant arrivals the two are the same. A client falling behind piles its lateness onto the last send.
+# - or its lateness (scheduled -> the request's task began) p95 exceeds max(LATE_FLOOR_MS, LATE_GAP_SHARE x the
+#   mean gap 1/rate). The floor: asyncio timers wake on whole milliseconds and an idle client here wakes up to
+#   ~2 ms late (loop lag p99 1.75 ms), which is the event loop, not a client that cannot keep up (the same 5 ms
+#   as runner.LOOP_LAG_P95_LIMIT_MS). A quarter of the mean gap: later than that, requests meant to be spread
+#   out arrive bunched, and the server sees a burstier load than the one offered.
+RATE_MARGIN = 0.05
+LATE_FLOOR_MS = 5.0
+LATE_GAP_SHARE = 0.25
+
+
+def late_bound_ms(rate: float) -> float:
+    return max(LATE_FLOOR_MS, LATE_GAP_SHARE * 1e3 / rate)
+
+
+def schedule_check(records: Sequence[RequestRecord], rate: float) -> tuple[float | None, float | None, str | None]:
+    """(scheduled rate, achieved rate, why the level is off schedule or None) of an open-loop level."""
+    sent = [r for r in records if r.t_task_ns]
+    if len(sent) < 2:
+        return None, None, None
+    first = min(r.t_due_ns for r in sent)
+    span_due = max(r.t_due_ns for r in sent) - first
+    span_sent = max(r.t_task_ns for r in sent) - first
+    scheduled = (len(sent) - 1) / (span_due / 1e9) if span_due > 0 else None
+    achieved = (len(sent) - 1) / (span_sent / 1e9) if span_sent > 0 else None
+    late = Dist.of([r.dispatch_delay_ms for r in sent])
+    bound = late_bound_ms(rate)
+    why = []
+    if scheduled is not None and achieved is not None and achieved < (1 - RATE_MARGIN) * scheduled:
+        why.append(f"sent {len(sent)} requests at {achieved:.1f} req/s against a schedule of {scheduled:.1f} req/s "
+                   f"(offered {rate:g}; more than {100 * RATE_MARGIN:.0f}% slower)")
+    if late.p95 is not None and late.p95 > bound:
+        why.append(f"requests started {late.p95:.1f} ms after their scheduled time at p95 (bound {bound:.1f} ms)")
+    reason = None
+    if why:
+        reason = ("the client could not keep to the schedule: " + "; ".join(why)
+                  + ": the server was offered less, or burstier, load than the rate says")
+    return scheduled, achieved, reason
+
+
+def from_schedule(r: RequestRecord) -> RequestRecord:
+    """An open-loop record with TTFT and E2E counted from its scheduled send time (event gaps are unchanged);
+    level 0: an open loop has no first wave of c requests (steady.stationarity)."""
+    late = (r.t_start_ns - r.t_due_ns) / 1e6
+    return replace(r, level=0, ttft_ms=None if r.ttft_ms is None else r.ttft_ms + late,
+                   e2e_ms=None if r.e2e_ms is None else r.e2e_ms + late)
 
 
 def is_good(r: RequestRecord, slo: SLO) -> bool:
@@ -82,11 +163,18 @@ def tpot(r: RequestRecord) -> float | None:
     return (r.e2e_ms - r.ttft_ms) / (r.output_tokens - 1)
 
 
-def level_stats(records: Sequence[RequestRecord], concurrency: int, slo: SLO, repeat: int = 0) -> LevelStats:
+def level_stats(records: Sequence[RequestRecord], concurrency: int, slo: SLO, repeat: int = 0,
+                rate: float | None = None) -> LevelStats:
+    """rate: an open-loop level's offered rate (concurrency is then 0): latency counts from the schedule."""
+    schedule: tuple[float | None, float | None, str | None] = (None, None, None)
+    if rate is not None:
+        schedule = schedule_check(records, rate)
+        records = [from_schedule(r) for r in records]
     sent = len(records)
     ok = [r for r in records if r.ok]
-    if records:
-        wall_s = (max(r.t_end_ns for r in records) - min(r.t_start_ns for r in records)) / 1e9
+    if records:  # an open loop's window opens at its first scheduled send
+        start = min(r.t_due_ns if rate is not None else r.t_start_ns for r in records)
+        wall_s = (max(r.t_end_ns for r in records) - start) / 1e9
     else:
         wall_s = 0.0
     tokens = sum(r.output_tokens or 0 for r in ok)
@@ -115,4 +203,8 @@ def level_stats(records: Sequence[RequestRecord], concurrency: int, slo: SLO, re
         dispatch_delay_ms=Dist.of([r.dispatch_delay_ms for r in records]),
         steady=stationarity(records),
         ttft_modes=ttft_modes(records),
+        rate=rate,
+        scheduled_rate=schedule[0],
+        achieved_rate=schedule[1],
+        off_schedule=schedule[2],
     )

@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from harness.client import RequestRecord
 from harness.errors import LayerbenchError
+from harness.openloop import run_rate_level, warm_open, warmup_requests
 from harness.profile import LoadProfile
 from harness.prompts import PromptGenerator
 from harness.protocols import CLIENTS
@@ -20,7 +21,7 @@ from harness.results import RunWriter
 from harness.runner import ClientHealth, run_level, warm
 from harness.scraper import Scraper
 from harness.server_metrics import ServerLevelMetrics, summarise
-from harness.stats import Dist, LevelStats, level_stats
+from harness.stats import Dist, LevelStats, level_stats, level_text
 from harness.topology import CoreSampler, ProcessCores, engine_binding
 from stacks.base import AppliedConfig, Stack
 
@@ -53,29 +54,37 @@ class RunSummary(BaseModel):
     scrape_policy: str = "interval"
     scrape_ms: Dist = Dist()  # how long the metric endpoints took to answer
     warmup_sweep: bool = False
-    client_saturated_levels: list[int] = []
-    client_starved_levels: list[int] = []
-    not_steady_levels: list[int] = []
+    # levels by their key (LevelStats.level): concurrencies, or offered rates (req/s) in an open loop
+    client_saturated_levels: list[int | float] = []
+    client_starved_levels: list[int | float] = []
+    not_steady_levels: list[int | float] = []
+    off_schedule_levels: list[float] = []  # open loop: the client could not keep to the schedule (stats.off_schedule)
     cores: dict[str, ProcessCores] = {}  # process label -> allowed cores and where its threads ran
     engine_binding: list[str] = []  # the engine's thread binding, from its startup log
     sampler_cpu_pct: float | None = None  # the core sampler's own CPU, % of one core
     layer_notes: dict[str, str] = {}  # the stack's own per-level figures (LevelSummary.server.layer): what each is
 
+    @property
+    def open_loop(self) -> bool:
+        return any(lv.stats.rate is not None for lv in self.levels)
+
     def add(self, lv: LevelSummary) -> None:
-        """Append a measured level and note its troubles by concurrency."""
+        """Append a measured level and note its troubles by level (concurrency, or rate in an open loop)."""
         self.levels.append(lv)
-        c = lv.stats.concurrency
+        c = lv.stats.level
         for flag, where in ((lv.client.saturated, self.client_saturated_levels),
                             (lv.client.starved, self.client_starved_levels),
-                            (lv.stats.steady.steady is False, self.not_steady_levels)):
+                            (lv.stats.steady.steady is False, self.not_steady_levels),
+                            (lv.stats.off_schedule is not None, self.off_schedule_levels)):
             if flag and c not in where:
                 where.append(c)
 
 
 def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunSummary,
-            console: Console, repeats: int | None = None, skip: frozenset[tuple[int, int]] = frozenset(),
+            console: Console, repeats: int | None = None, skip: frozenset[tuple[int, float]] = frozenset(),
             invocation: int = 0) -> RunSummary:
-    """skip: (repeat, concurrency) pairs already measured by an earlier invocation (`compare --resume`)."""
+    """skip: (repeat, level) pairs already measured by an earlier invocation (`compare --resume`); a level is
+    its concurrency, or its rate in an open-loop profile (LevelStats.level)."""
     ep = stack.endpoint()
     tok = stack.settings.model_path / "tokenizer.json"
     gen = PromptGenerator(writer.run_id, f"{summary.label}:{stack.kind}", profile.input_tokens,
@@ -87,7 +96,9 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
         d["label"], d["invocation"] = summary.label, invocation
         writer.request(d)
 
-    levels = profile.concurrency
+    levels = profile.levels()
+    open_loop = profile.open_loop
+    seed = profile.seed if profile.seed is not None else writer.run_id  # both sides of a compare: the same arrivals
     n_repeats = repeats or profile.repeats
     scraper = Scraper(stack.metric_endpoints(), profile.scrape_interval_s, writer.dir / "scrapes.jsonl",
                       tags={"label": summary.label}, policy=profile.scrape)
@@ -116,9 +127,15 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
                 writer.write_meta(phase=f"{summary.label}: warmup sweep")
                 task = progress.add_task(f"{summary.label} {stack.kind} warmup sweep", total=len(levels))
                 for c in levels:
-                    where = f"the warmup sweep, c={c}"
-                    if why := asyncio.run(warm(client, gen, c, max(1, profile.warmup_waves), on_record, dead)):
-                        summary.stopped = f"warmup sweep at c={c}: {why}"
+                    where = f"the warmup sweep, {level_text(c, open_loop)}"
+                    waves = max(1, profile.warmup_waves)
+                    if open_loop:
+                        n_warm = warmup_requests(c, waves, profile.requests_for(c))
+                        why = asyncio.run(warm_open(client, gen, c, n_warm, profile.arrival, seed, on_record, dead))
+                    else:
+                        why = asyncio.run(warm(client, gen, int(c), waves, on_record, dead))
+                    if why:
+                        summary.stopped = f"warmup sweep at {level_text(c, open_loop)}: {why}"
                         _save(writer, summary)
                         raise LayerbenchError(f"{summary.label} {stack.kind} stopped during the warmup sweep: {why}")
                     progress.advance(task)
@@ -127,7 +144,7 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
                     if (rep, c) in skip:
                         continue
                     n = profile.requests_for(c)
-                    where = f"c={c}" + (f" rep {rep + 1}/{n_repeats}" if n_repeats > 1 else "")
+                    where = level_text(c, open_loop) + (f" rep {rep + 1}/{n_repeats}" if n_repeats > 1 else "")
                     writer.write_meta(phase=f"{summary.label}: {where}")
                     task = progress.add_task(f"{summary.label} {stack.kind} {where}", total=n)
                     done = [0]
@@ -138,12 +155,20 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
                         progress.update(t, completed=done[0], total=max(done[0], n))
 
                     scraper.level = c
-                    run = asyncio.run(run_level(
-                        client, gen, c, n, repeat=rep, warmup_waves=profile.warmup_waves,
-                        min_duration_s=profile.min_duration_s, on_record=on_record,
-                        on_progress=advance, process_cpu=stack.process_cpu,
-                        on_measure_start=lambda c=c: scraper.mark(c, "start"), dead=dead,
-                    ))
+                    if open_loop:
+                        run = asyncio.run(run_rate_level(
+                            client, gen, c, n, arrival=profile.arrival, seed=seed, repeat=rep,
+                            warmup_waves=profile.warmup_waves, on_record=on_record, on_progress=advance,
+                            process_cpu=stack.process_cpu, on_measure_start=lambda c=c: scraper.mark(c, "start"),
+                            dead=dead,
+                        ))
+                    else:
+                        run = asyncio.run(run_level(
+                            client, gen, c, n, repeat=rep, warmup_waves=profile.warmup_waves,
+                            min_duration_s=profile.min_duration_s, on_record=on_record,
+                            on_progress=advance, process_cpu=stack.process_cpu,
+                            on_measure_start=lambda c=c: scraper.mark(c, "start"), dead=dead,
+                        ))
                     if not run.aborted:
                         scraper.mark(c, "end")
                     scraper.level = None
@@ -160,7 +185,10 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
                     incomplete = run.aborted or (f"deployment died: {gone}" if cut else None)
                     if run.records:
                         records = [RequestRecord.from_json(r) for r in run.records]
-                        stats = level_stats(records, c, profile.slo, repeat=rep)
+                        if open_loop:
+                            stats = level_stats(records, 0, profile.slo, repeat=rep, rate=c)
+                        else:
+                            stats = level_stats(records, c, profile.slo, repeat=rep)
                         server = summarise(level_scrapes, stack.metric_aliases(), stack.layer_metrics())
                         summary.add(LevelSummary(stats=stats, client=run.client, process_cpu_s=run.process_cpu_s,
                                                  window_s=run.window_s, server=server, incomplete=incomplete,

@@ -53,7 +53,7 @@ class Point(BaseModel):
 class Effect(BaseModel):
     """The knob moved from its first value to its last, on each side, at one level."""
 
-    level: int
+    level: str  # "c=8", or "8 req/s" in an open-loop profile
     baseline: LevelDelta  # "baseline" = first value, "stack" = last value (bare engine)
     stack: LevelDelta | None  # the same change behind the layer
 
@@ -116,15 +116,15 @@ def plan(kind: Kind, spec: str, stack_cls: type[Stack], settings: DeploySettings
 
 def settle(s: SweepSummary, runs: dict[str, RunSummary], failures: dict[str, str], profile: LoadProfile) -> None:
     """Per point the layer's deltas; for a setting, the change's effect on each side; the one-sentence answer."""
-    levels = list(profile.levels()) if hasattr(profile, "levels") else profile.concurrency
+    levels, open_loop = profile.levels(), profile.open_loop
     for p in s.points:
         p.failed = {k: v for k, v in failures.items() if k in (p.baseline_label, p.stack_label)}
-        p.levels = level_deltas(runs.get(p.baseline_label), runs.get(p.stack_label), levels)
+        p.levels = level_deltas(runs.get(p.baseline_label), runs.get(p.stack_label), levels, open_loop)
     if s.kind == "setting" and len(s.points) >= 2:
         first, last = s.points[0], s.points[-1]
-        bare = level_deltas(runs.get(first.baseline_label), runs.get(last.baseline_label), levels)
-        layer = level_deltas(runs.get(first.stack_label), runs.get(last.stack_label), levels)
-        s.effects = [Effect(level=b.concurrency, baseline=b, stack=st) for b, st in zip(bare, layer, strict=True)]
+        bare = level_deltas(runs.get(first.baseline_label), runs.get(last.baseline_label), levels, open_loop)
+        layer = level_deltas(runs.get(first.stack_label), runs.get(last.stack_label), levels, open_loop)
+        s.effects = [Effect(level=b.level_text, baseline=b, stack=st) for b, st in zip(bare, layer, strict=True)]
     s.conclusion = setting_sentence(s) if s.kind == "setting" else option_sentence(s)
 
 
@@ -142,7 +142,7 @@ def setting_sentence(s: SweepSummary) -> str:
                 f"{s.values[-1]} has no answer" + (f"; failed: {'; '.join(failed)}" if failed else ""))
     b, st = e.baseline, e.stack
     assert st is not None and b.delta_pct is not None and st.delta_pct is not None
-    head = (f"{s.key} {s.values[0]} → {s.values[-1]} at c={e.level}: bare vLLM {b.baseline_tok_s:,.0f} → "
+    head = (f"{s.key} {s.values[0]} → {s.values[-1]} at {e.level}: bare vLLM {b.baseline_tok_s:,.0f} → "
             f"{b.stack_tok_s:,.0f} tok/s ({b.delta_pct:+.1f}%, {b.verdict}); behind {s.stack} "
             f"{st.baseline_tok_s:,.0f} → {st.stack_tok_s:,.0f} tok/s ({st.delta_pct:+.1f}%, {st.verdict})")
     if b.verdict == "within noise":
@@ -165,7 +165,7 @@ def option_sentence(s: SweepSummary) -> str:
             parts.append(f"{s.key}={p.value}: failed ({why})")
             continue
         cores = sum(top.stack_cpu_cores.values())
-        parts.append(f"{s.key}={p.value}: {top.delta_pct:+.1f}% at c={top.concurrency} ({top.verdict}), the "
+        parts.append(f"{s.key}={p.value}: {top.delta_pct:+.1f}% at {top.level_text} ({top.verdict}), the "
                      f"deployment used {cores:.2f} cores")
     measured = [(p, _top(p.levels, lambda lv: lv.delta_pct is not None)) for p in s.points]
     ranked = sorted(((lv.delta_pct, p.value) for p, lv in measured if lv and lv.delta_pct is not None), reverse=True)

@@ -20,7 +20,7 @@ def _pct(v: float | None) -> str:
 
 def delta_table(s: SweepSummary, price: Price | None) -> Table:
     side = "bare vLLM" if s.kind == "setting" else "baseline"
-    head = [s.key, "c", f"{side} tok/s", f"{s.stack} tok/s", "delta", "95% interval", "verdict",
+    head = [s.key, "level", f"{side} tok/s", f"{s.stack} tok/s", "delta", "95% interval", "verdict",
             f"{side} TTFT p95 ms", f"{s.stack} TTFT p95 ms", f"{side} goodput", f"{s.stack} goodput"]
     head += [f"{s.stack} $ / M out tok"] if price else []
     rows = []
@@ -31,7 +31,7 @@ def delta_table(s: SweepSummary, price: Price | None) -> Table:
                         + (["—"] if price else []))
             continue
         for lv in p.levels:
-            rows.append([p.value, str(lv.concurrency), fmt(lv.baseline_tok_s, "{:.0f}"), fmt(lv.stack_tok_s, "{:.0f}"),
+            rows.append([p.value, lv.level_text, fmt(lv.baseline_tok_s, "{:.0f}"), fmt(lv.stack_tok_s, "{:.0f}"),
                          fmt(lv.delta_pct, "{:+.1f}%"), lv.ci.text() if lv.ci else "—", lv.verdict,
                          fmt(lv.baseline_ttft_p95_ms), fmt(lv.stack_ttft_p95_ms), _pct(lv.baseline_goodput),
                          _pct(lv.stack_goodput)] + ([usd(price.usd_per_mtok(lv.stack_tok_s))] if price else []))
@@ -45,14 +45,14 @@ def effect_table(s: SweepSummary) -> list[Table]:
     if not s.effects:
         return []
     a, b = s.values[0], s.values[-1]
-    rows = [[str(e.level), f"{fmt(e.baseline.baseline_tok_s, '{:.0f}')} → {fmt(e.baseline.stack_tok_s, '{:.0f}')}",
+    rows = [[e.level, f"{fmt(e.baseline.baseline_tok_s, '{:.0f}')} → {fmt(e.baseline.stack_tok_s, '{:.0f}')}",
              fmt(e.baseline.delta_pct, "{:+.1f}%"), e.baseline.verdict,
              f"{fmt(e.stack.baseline_tok_s, '{:.0f}')} → {fmt(e.stack.stack_tok_s, '{:.0f}')}" if e.stack else "—",
              fmt(e.stack.delta_pct, "{:+.1f}%") if e.stack else "—", e.stack.verdict if e.stack else "—"]
             for e in s.effects]
     return [(f"What {s.key} {a} → {b} does, on each side", "The same change measured on the bare engine and behind "
              "the layer (output tok/s); the verdict uses the same 95% interval as a compare.",
-             ["c", "bare vLLM tok/s", "bare change", "verdict", f"{s.stack} tok/s", f"{s.stack} change", "verdict"],
+             ["level", "bare vLLM tok/s", "bare change", "verdict", f"{s.stack} tok/s", f"{s.stack} change", "verdict"],
              rows)]
 
 
@@ -63,7 +63,7 @@ def cpu_tables(s: SweepSummary) -> list[Table]:
             view = SimpleNamespace(levels=p.levels)  # cpu_rows reads only the levels' per-process cores
             out.append((f"Where the CPU went (cores), {s.key}={p.value}", "CPU seconds per level window, mean over "
                         "repeats; on a CPU host the layer's processes take their cores from the engine.",
-                        ["deployment", "process", *[f"c={lv.concurrency}" for lv in p.levels]], cpu_rows(view)))
+                        ["deployment", "process", *[lv.level_text for lv in p.levels]], cpu_rows(view)))
     return out
 
 
@@ -79,7 +79,7 @@ def plot(s: SweepSummary, out: Path) -> str | None:
         for side, key, style in (("bare", "baseline_tok_s", "--"), (s.stack, "stack_tok_s", "-")):
             if s.kind == "option" and side == "bare" and p is not s.points[0]:
                 continue  # one baseline for every shape
-            pts = [(lv.concurrency, getattr(lv, key)) for lv in p.levels if getattr(lv, key) is not None]
+            pts = [(lv.level, getattr(lv, key)) for lv in p.levels if getattr(lv, key) is not None]
             if pts:
                 label = f"{side} {s.key}={p.value}" if (s.kind == "setting" or side != "bare") else "bare vLLM"
                 ax.plot(*zip(*pts, strict=True), style, marker="o", label=label)
@@ -87,8 +87,11 @@ def plot(s: SweepSummary, out: Path) -> str | None:
     if not drawn:
         plt.close(fig)
         return None
-    ax.set_xscale("log", base=2)
-    ax.set(title=f"Output throughput by {s.key}", xlabel="concurrency", ylabel="tok/s")
+    open_loop = any(lv.rate is not None for p in s.points for lv in p.levels)
+    if not open_loop:
+        ax.set_xscale("log", base=2)
+    ax.set(title=f"Output throughput by {s.key}", xlabel="offered rate (req/s)" if open_loop else "concurrency",
+           ylabel="tok/s")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

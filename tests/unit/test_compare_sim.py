@@ -26,6 +26,7 @@ def compare(tmp_path: Path, write_profile, *opts: str, repeats: int = 2, extra: 
     return rc, s, tmp_path / "reports" / runs[0].name
 
 
+@pytest.mark.slow  # a whole two-repeat compare (~16 s): `make test` runs it, test-fast keeps under 2 min
 def test_compare_reports_known_overhead_and_renamed_metrics(tmp_path, write_profile):
     rc, s, report = compare(tmp_path, write_profile, "request_delay_ms=40", "metrics=rename")
     assert rc == 0 and s.status == "complete"
