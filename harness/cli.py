@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 
 from harness.cliutil import console, err_console, parse_options, recorded, settings_for
+from harness.cost import Price, price
 from harness.errors import LayerbenchError
-from harness.profile import load_profile
+from harness.profile import LoadProfile, load_profile
 from harness.prompts import new_run_id
 from harness.results import RESULTS_DIR, RunWriter
 from harness.targets import add_target_arguments, check_target, run_target
@@ -59,6 +60,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from stacks.base import get_stack
 
     results = Path(args.results_dir)
+    cost = price(args.gpu_hourly_usd)  # a bad price is refused before anything is deployed
     plan = None
     if args.resume:
         from harness.resume import plan_resume
@@ -101,11 +103,24 @@ def cmd_compare(args: argparse.Namespace) -> int:
     summary.aa = latest_aa(results, profile.name, exclude=run_id)
     summary.observer_effect = observer_effect(profile.scrape)
     writer.write_json("compare.json", summary.model_dump())
-    report = write_report(summary, Path(args.reports_dir) / run_id if args.reports_dir else REPORTS_DIR / run_id)
+    report = write_report(summary, Path(args.reports_dir) / run_id if args.reports_dir else REPORTS_DIR / run_id,
+                          *_decision_extras(summary, stack, profile, cost))
     writer.scrub(report.parent)
     console.print(report.read_text(), markup=False, highlight=False)
     console.print(f"report: {report} (+ report.html, plots); results: {writer.dir} (status: {outcome.status})")
     return outcome.exit_code(writer)
+
+
+def _decision_extras(summary, stack, profile: LoadProfile, cost: Price | None) -> tuple[list[str], list]:
+    """The compare report's cost (with a GPU price) and KV-cache arithmetic (for a stack that loads the model)."""
+    from harness.compare_extras import cost_bullet, cost_table
+    from harness.kv_report import kv_tables
+
+    bullets, tables = ([cost_bullet(summary, cost)], [cost_table(summary, cost)]) if cost else ([], [])
+    if stack.loads_model:
+        tables += kv_tables([(label, profile.engine, applied) for label, applied in summary.applied.items()],
+                            stack.settings.model_path)
+    return bullets, tables
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -209,6 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--resume", metavar="RUN_ID", help="continue an interrupted or failed compare after its last "
                    "complete level; the other options may be left out (they must match when given)")
     c.add_argument("--allow-version-mismatch", action="store_true")
+    c.add_argument("--gpu-hourly-usd", type=inputs.positive_float, default=None,
+                   help="what one GPU costs per hour: the report adds the run's cost and $ per million output "
+                   "tokens per level (default: $GPU_HOURLY_USD)")
     c.add_argument("--opt", action="append", metavar="KEY=VALUE", help="stack option (repeatable)")
     c.add_argument("--results-dir", type=inputs.results_dir, default=str(RESULTS_DIR), help=results_help)
     c.add_argument("--reports-dir", type=inputs.results_dir, default=None, help="default: reports/")

@@ -27,16 +27,15 @@ def kv_tables(sides: list[tuple[str, EngineSettings, AppliedConfig | None]], mod
     """sides: (who, engine settings, what its engine reported applying); sides with the same settings and log
     share one table."""
     gpu = detect_gpu()
-    out: list[Table] = []
-    seen: set[str] = set()
+    unique: dict[str, list] = {}  # sides with the same settings and log -> one table naming them all
     for who, engine, applied in sides:
         key = engine.model_dump_json() + (applied.model_dump_json() if applied else "")
-        if key in seen:
-            continue
-        seen.add(key)
+        unique.setdefault(key, [[], engine, applied])[0].append(who)
+    out: list[Table] = []
+    for whos, engine, applied in unique.values():
         facts = kv_facts(model_dir, engine, applied, on_gpu=gpu is not None, bandwidth_gbs=bandwidth(), gpu_name=gpu)
         if facts is None:
             continue
         title, caption, header, rows = kv_table(facts)
-        out.append((f"{title} ({who})" if len(sides) > 1 else title, caption, header, rows))
+        out.append((f"{title} ({', '.join(whos)})" if len(unique) > 1 else title, caption, header, rows))
     return out

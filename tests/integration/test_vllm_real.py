@@ -197,4 +197,8 @@ def test_aa_compare_deploys_a_second_bare_vllm(tmp_path, write_profile):
     assert cores["vllm:VLLM::Worker"]["ran_on"]  # where the engine ran was sampled
     md = (tmp_path / "reports" / run.name / "report.md").read_text()
     assert "95% interval" in md and "Steady state" in md and "cores (baseline)" in md
+    # the KV-cache arithmetic from the tiny model's config.json against this engine's own startup log: GQA,
+    # 2 layers x 2 KV heads x 64 x 4 B (float32) x K and V = 2 KiB a token, 1 GiB of KV cache -> 524,288 tokens
+    assert "KV cache: config.json arithmetic vs the engine's startup log" in md
+    assert "The engine's startup log agrees with the arithmetic." in md and "| 524,288 | 524,288 |" in md
     assert_gone(deps["baseline"]["pids"] + deps["stack"]["pids"])

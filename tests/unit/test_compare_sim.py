@@ -28,7 +28,8 @@ def compare(tmp_path: Path, write_profile, *opts: str, repeats: int = 2, extra: 
 
 @pytest.mark.slow  # a whole two-repeat compare (~16 s): `make test` runs it, test-fast keeps under 2 min
 def test_compare_reports_known_overhead_and_renamed_metrics(tmp_path, write_profile):
-    rc, s, report = compare(tmp_path, write_profile, "request_delay_ms=40", "metrics=rename")
+    rc, s, report = compare(tmp_path, write_profile, "request_delay_ms=40", "metrics=rename",
+                            extra=("--gpu-hourly-usd", "2.29"))
     assert rc == 0 and s.status == "complete"
     assert s.versions == {"baseline": "sim-0.32.0", "stack": "sim-0.32.0"} and s.version_match
     assert s.settings_match, s.settings_mismatches
@@ -50,6 +51,11 @@ def test_compare_reports_known_overhead_and_renamed_metrics(tmp_path, write_prof
         assert (report / f).stat().st_size > 0, f
     md = (report / "report.md").read_text()
     assert "| 4 |" in md and "overhead" in md and "Where the CPU went" in md and "sim-0.32.0" in md
+    # a GPU price: the run's cost and $ per million output tokens per level, the layer paying more per token
+    assert "cost at $2.29 per GPU-hour: this run $" in md and "Cost per million output tokens" in md
+    cost_rows = [ln for ln in md.splitlines() if ln.startswith("| 4 |") and "$" in ln]
+    assert cost_rows and cost_rows[0].rstrip(" |").split("| ")[-1].startswith("+")
+    assert "KV cache: config.json" not in md  # the reference engine loads no model
 
 
 @pytest.mark.slow  # seconds each; `make test` runs it, `make test-fast` stays under 2 min

@@ -38,7 +38,7 @@ def test_setting_that_helps_the_bare_engine_is_capped_by_the_layer(tmp_path, wri
     md = (report / "report.md").read_text()
     assert s["conclusion"] in md and "per million output tokens" not in md  # cost per level is a column
     assert "$ / M out tok" in md and "this run $" in md
-    assert "KV cache" not in md  # the reference engine loads no model: there is no config.json to size
+    assert "KV cache: config.json" not in md  # the reference engine loads no model: no config.json to size
     assert (report / "sweep.png").stat().st_size > 0
 
 

@@ -1,0 +1,32 @@
+"""What a compare report adds for decisions: what the run and each level's tokens cost at a GPU price, and the
+KV-cache arithmetic beside the engine's startup log. Presentation only; the caller decides whether the
+deployment loads a model whose config.json can be read."""
+
+from __future__ import annotations
+
+from harness.compare import CompareSummary
+from harness.cost import Price, usd
+from harness.output import fmt
+from harness.render import Table
+
+
+def cost_bullet(s: CompareSummary, price: Price) -> str:
+    top = next((lv for lv in reversed(s.levels) if lv.stack_tok_s and lv.baseline_tok_s), None)
+    at = (f"; at the highest level {usd(price.usd_per_mtok(top.baseline_tok_s))} vs "
+          f"{usd(price.usd_per_mtok(top.stack_tok_s))} per million output tokens ({s.baseline_stack} vs {s.stack})"
+          if top else "")
+    return f"cost at {price.text()}: this run {usd(price.run_usd(s.wall_s or 0.0))}{at}"
+
+
+def cost_table(s: CompareSummary, price: Price) -> Table:
+    rows = []
+    for lv in s.levels:
+        rate = getattr(lv, "rate", None)
+        b, st = price.usd_per_mtok(lv.baseline_tok_s), price.usd_per_mtok(lv.stack_tok_s)
+        more = f"{100 * (st / b - 1):+.0f}%" if b and st else "—"
+        rows.append([f"{rate:g} req/s" if rate is not None else str(lv.concurrency), fmt(lv.baseline_tok_s, "{:.0f}"),
+                     usd(b), fmt(lv.stack_tok_s, "{:.0f}"), usd(st), more])
+    return (f"Cost per million output tokens at {price.text()}", "One GPU serving at each level's measured "
+            "throughput: hourly price ÷ (tok/s × 3600) × 10⁶. The layer's cost in money is the last column.",
+            ["level", f"{s.baseline_stack} tok/s", f"{s.baseline_stack} $ / M tok", f"{s.stack} tok/s",
+             f"{s.stack} $ / M tok", "stack pays"], rows)
