@@ -15,6 +15,7 @@ from rich.console import Console
 
 from harness.profile import LoadProfile
 from harness.results import RunWriter
+from harness.steady import min_requests
 from harness.sweep import LevelSummary, RunSummary, measure
 from stacks.base import Stack
 
@@ -73,8 +74,25 @@ class CapacityResult(BaseModel):
         return float(self.max_concurrency if self.kind == "concurrency" else self.max_rate or 0.0)
 
 
-def probe_of(lv: LevelSummary, sla: SLA, phase: Literal["coarse", "bisect"]) -> Probe:
+def gauge_profile(profile: LoadProfile) -> LoadProfile | None:
+    """The engine's waiting requests and KV usage are gauges, seen only by scrapes under load; but on a small
+    host polling vLLM's /metrics during a window moves its TTFT several-fold (the API server renders metrics in
+    the process that streams tokens). So with the default `scrape: boundary` each probe's latencies are measured
+    unpolled, and the gauges are read in a second, unmeasured pass at the same level right after it, polled
+    every scrape_interval_s. None: the profile polls during its windows itself (interval) or not at all (none)."""
+    if profile.scrape != "boundary":
+        return None
+    data = profile.model_dump()
+    data.update(scrape="interval", warmup_waves=0, warmup_sweep=False, requests_per_concurrency=0,
+                requests=min_requests(), min_duration_s=2 * profile.scrape_interval_s)
+    return LoadProfile.model_validate(data)
+
+
+def probe_of(lv: LevelSummary, sla: SLA, phase: Literal["coarse", "bisect"],
+             gauges: LevelSummary | None = None) -> Probe:
+    """The SLA verdict from the measured level; the engine's gauges from `gauges` (the polled pass) if given."""
     s = lv.stats
+    seen = (gauges or lv).server
     why = []
     errors = s.failed / s.sent if s.sent else 1.0
     if s.ttft_ms.p95 is None or s.ttft_ms.p95 > sla.ttft_p95_s * 1e3:
@@ -85,8 +103,7 @@ def probe_of(lv: LevelSummary, sla: SLA, phase: Literal["coarse", "bisect"]) -> 
         why.append(f"{100 * errors:.0f}% of requests failed ({', '.join(f'{k} {v}' for k, v in s.errors.items())})")
     return Probe(level=float(lv.stats.level), phase=phase, held=not why, why=why, ttft_p95_ms=s.ttft_ms.p95,
                  itl_p95_ms=s.itl_ms.p95, tok_s=s.throughput_tok_s, goodput=s.goodput, error_share=errors,
-                 waiting_max=lv.server.waiting_max, running_max=lv.server.running_max,
-                 kv_cache_usage_max=lv.server.kv_cache_usage_max)
+                 waiting_max=seen.waiting_max, running_max=seen.running_max, kv_cache_usage_max=seen.kv_cache_usage_max)
 
 
 def _ms(v: float | None) -> str:
@@ -198,7 +215,14 @@ def searcher(sla: SLA, ceiling: float, results: dict[str, CapacityResult],
             console.print(f"[bold]{summary.label}[/] capacity probe ({phase}): {'rate' if open_loop else 'c'}={x:g}")
             n = len(summary.levels)
             measure(stack, _one_level(profile, x), writer, summary, console, repeats=1)
-            measured = [probe_of(lv, sla, phase) for lv in summary.levels[n:]]
+            polled = None
+            if gauges is not None:
+                console.print(f"[bold]{summary.label}[/] reading the engine's gauges at {'rate' if open_loop else 'c'}"
+                              f"={x:g} (unmeasured, polled)")
+                side = summary.model_copy(update={"label": f"{summary.label}-gauges", "levels": []}, deep=True)
+                measure(stack, _one_level(gauges, x), writer, side, console, repeats=1)
+                polled = side.levels[-1] if side.levels else None
+            measured = [probe_of(lv, sla, phase, polled) for lv in summary.levels[n:]]
             worst = next((p for p in measured if not p.held), measured[-1])  # every repeat must hold
             partial = judge(summary.label, stack.kind, kind, sla, [*results_so_far, worst])
             results[summary.label] = partial
@@ -208,6 +232,7 @@ def searcher(sla: SLA, ceiling: float, results: dict[str, CapacityResult],
             return worst
 
         results_so_far: list[Probe] = []
+        gauges = gauge_profile(profile)
         probes = search(probe, coarse_levels(profile, ceiling), integer=not open_loop)
         results[summary.label] = judge(summary.label, stack.kind, kind, sla, probes)
         if on_result:
@@ -225,7 +250,8 @@ class CapacitySummary(BaseModel):
     profile: str
     status: str = "running"
     sla: SLA
-    scrape_policy: str
+    scrape_policy: str  # how the measured windows were scraped
+    gauges_polled_apart: bool = False  # the gauges came from a separate polled pass at each level
     capacity: CapacityResult | None = None
     baseline: CapacityResult | None = None
     lost_to_layer_pct: float | None = None  # 100 * (1 - stack / baseline)

@@ -97,9 +97,13 @@ def write(s: CapacitySummary, out_dir: Path, price: Price | None, extra: list[Ta
     elif s.baseline and s.capacity and not s.baseline.reached:
         bullets.insert(0, "the baseline held every level up to the search's ceiling, so the capacity lost to the "
                        "layer is not one number here: raise --max-level")
-    bullets.append(f"profile `{s.profile}`; SLA {s.sla.text()}; engine metrics scraped with policy `{s.scrape_policy}`"
-                   + (" (during each window, so the gauges above were seen under load; the scrapes' own cost is in "
-                      "the latencies)" if s.scrape_policy == "interval" else ""))
+    how = {"interval": "polled during each measured window, so the scrapes' own cost is in the latencies",
+           "none": "not scraped, so the engine's gauges are not known"}.get(s.scrape_policy, "")
+    if s.gauges_polled_apart:
+        how = ("read only at the edges of each measured window, so the latencies judged against the SLA carry no "
+               "scrape; the engine's gauges come from a second, unmeasured pass at the same level right after it, "
+               "polled during its window")
+    bullets.append(f"profile `{s.profile}`; SLA {s.sla.text()}; the engine's metrics were {how}")
     if s.versions:
         bullets.append("vLLM " + ", ".join(f"{k} {v}" for k, v in s.versions.items()))
     if price:

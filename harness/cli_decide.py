@@ -13,7 +13,7 @@ from harness import inputs
 from harness.cliutil import console, recorded, settings_for
 from harness.cost import price
 from harness.errors import LayerbenchError
-from harness.profile import EngineSettings, LoadProfile, load_profile
+from harness.profile import EngineSettings, load_profile
 from harness.prompts import new_run_id
 from harness.results import RESULTS_DIR, RunWriter
 
@@ -24,25 +24,15 @@ def _local_only(args: argparse.Namespace, what: str) -> None:
                               "STACK=endpoint URL=...")
 
 
-def scraped_under_load(profile: LoadProfile) -> LoadProfile:
-    """The engine's waiting requests and KV usage are gauges: they are only seen by scrapes during the window,
-    so the capacity search polls (`scrape: interval`) unless the profile turned scraping off."""
-    if profile.scrape != "boundary":
-        return profile
-    data = profile.model_dump()
-    data.update(scrape="interval", min_duration_s=max(profile.min_duration_s, profile.scrape_interval_s))
-    return LoadProfile.model_validate(data)
-
-
 def cmd_capacity(args: argparse.Namespace) -> int:
-    from harness.capacity import SLA, CapacitySummary, searcher
+    from harness.capacity import SLA, CapacitySummary, gauge_profile, searcher
     from harness.capacity_report import write
     from harness.session import baseline_then_stack, place, sides
     from stacks.base import get_stack
 
     _local_only(args, "capacity")
     cost = price(args.gpu_hourly_usd)
-    profile = scraped_under_load(load_profile(args.profile or "quick"))
+    profile = load_profile(args.profile or "quick")
     sla = SLA(ttft_p95_s=args.sla_ttft_p95 or profile.slo.ttft_s, itl_p95_s=args.sla_itl_p95 or profile.slo.itl_p95_s)
     stack_cls = get_stack(args.stack)
     run_id = new_run_id(f"capacity-{args.stack}")
@@ -59,7 +49,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     console.print(f"capacity [bold]{run_id}[/]: {args.stack}" + (" and its baseline" if args.baseline else "")
                   + f" at {sla.text()} → {writer.dir}")
     summary = CapacitySummary(run_id=run_id, stack=args.stack, profile=profile.name, sla=sla,
-                              scrape_policy=profile.scrape)
+                              scrape_policy=profile.scrape, gauges_polled_apart=gauge_profile(profile) is not None)
 
     def keep(r) -> None:
         if r.label == "baseline":
