@@ -60,7 +60,7 @@ class CapacityResult(BaseModel):
     max_rate: float | None = None  # open loop: the highest offered req/s that held
     reached: bool = True  # False: every level held up to the search's ceiling; capacity is at least that
     broke_at: float | None = None
-    how: Literal["queueing", "prefill interference", "errors", "none"] = "none"
+    how: Literal["queueing", "prefill interference", "slow first token", "errors", "none"] = "none"
     how_text: str = ""
     waiting_before_break: float | None = None  # 429-threshold candidates, at the last level that held
     kv_usage_before_break: float | None = None
@@ -183,10 +183,13 @@ def judge(label: str, stack: str, kind: Literal["concurrency", "rate"], sla: SLA
     return r
 
 
-def _how(before: Probe | None, at: Probe, sla: SLA) -> tuple[Literal["queueing", "prefill interference", "errors"],
-                                                            str]:
-    """Queueing when TTFT is what grew past its bound (requests waiting for a slot); prefill interference when
-    ITL is (decodes stalled by new prefills); the larger overshoot of its bound decides when both broke."""
+How = Literal["queueing", "prefill interference", "slow first token", "errors"]
+
+
+def _how(before: Probe | None, at: Probe, sla: SLA) -> tuple[How, str]:
+    """Queueing when TTFT is what grew past its bound and requests waited for a slot (or the engine's waiting
+    gauge is not visible); a slow first token when TTFT grew with nothing waiting; prefill interference when ITL
+    is what broke (decodes stalled by new prefills). The larger overshoot of its bound decides when both broke."""
     ttft_over = (at.ttft_p95_ms or 0) / (sla.ttft_p95_s * 1e3)
     itl_over = (at.itl_p95_ms or 0) / (sla.itl_p95_s * 1e3) if sla.itl_p95_s else 0.0
     was = (f"from {_ms(before.ttft_p95_ms)} / {_ms(before.itl_p95_ms)} at {before.level:g} "
@@ -198,7 +201,12 @@ def _how(before: Probe | None, at: Probe, sla: SLA) -> tuple[Literal["queueing",
     if itl_over > ttft_over:
         return "prefill interference", (f"{moved}: the gaps between tokens spiked, as when new requests' prefill "
                                         f"pushes back the running decodes{waiting}")
-    return "queueing", f"{moved}: the first token waited, as when requests queue for the engine{waiting}"
+    if at.waiting_max == 0:
+        return "slow first token", (f"{moved} with no request waiting in the engine: prefill and the engine's steps "
+                                    "slowed under the load (on a CPU host the engine shares its cores with the "
+                                    "server and the client), not a queue")
+    seen = waiting or "; the engine's waiting requests were not visible, so the queue is inferred from TTFT"
+    return "queueing", f"{moved}: the first token waited, as when requests queue for the engine{seen}"
 
 
 def searcher(sla: SLA, ceiling: float, results: dict[str, CapacityResult],

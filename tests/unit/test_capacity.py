@@ -48,6 +48,15 @@ def test_itl_break_is_prefill_interference():
     assert r.max_concurrency == 5 and r.how == "prefill interference" and "gaps between tokens" in r.how_text
 
 
+def test_ttft_break_with_nothing_waiting_is_a_slow_first_token_not_a_queue():
+    probe, _ = fake(4)
+    probes = search(probe, [1, 2, 4, 8], integer=True)
+    for p in probes:
+        p.waiting_max = 0.0  # the engine's gauge was read: no request waited
+    r = judge("stack", "x", "concurrency", SLA_T, probes)
+    assert r.max_concurrency == 4 and r.how == "slow first token" and "not a queue" in r.how_text
+
+
 def test_no_level_holds_is_capacity_zero_naming_the_lowest_level():
     probe, seen = fake(0.5)
     r = judge("stack", "x", "concurrency", SLA_T, search(probe, [1, 2, 4], integer=True))
