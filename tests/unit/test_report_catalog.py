@@ -30,9 +30,10 @@ def seed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     profile.write_text(yaml.safe_dump({"concurrency": [1], "requests": 20, "requests_per_concurrency": 0,
                                        "output_tokens": 8, "input_tokens": 32, "warmup_sweep": False}))
     results = root / "results"
-    assert main(["run", "--stack", "sim", "--profile", str(profile), "--results-dir", str(results)]) == 0
+    fast = ["--opt", "ttft_ms=5", "--opt", "itl_ms=1"]  # the figures don't matter here, the folders do
+    assert main(["run", "--stack", "sim", "--profile", str(profile), "--results-dir", str(results), *fast]) == 0
     assert main(["compare", "--stack", "sim-proxy", "--profile", str(profile), "--repeats", "1",
-                 "--results-dir", str(results), "--reports-dir", str(root / "reports")]) == 0
+                 "--results-dir", str(results), "--reports-dir", str(root / "reports"), *fast]) == 0
     dirs = sorted(results.iterdir())
     assert len(dirs) == 2
     return {"compare" if "compare" in d.name else "run": d for d in dirs}
