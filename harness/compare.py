@@ -21,15 +21,13 @@ from harness.profile import LoadProfile
 from harness.results import RunWriter, read_jsonl
 from harness.resume import ResumePlan, ResumeRefused
 from harness.session import Sides, baseline_then_stack, sides
-from harness.stats import level_text
+from harness.stats import Leveled
 from harness.steady import likely_cause
 from harness.sweep import LevelSummary, RunSummary
 from stacks.base import AppliedConfig, PublishedResult, Stack
 
 
-class LevelDelta(BaseModel):
-    concurrency: int  # 0 in an open-loop level
-    rate: float | None = None  # open loop: the offered request rate (req/s)
+class LevelDelta(Leveled):
     baseline_tok_s: float | None
     stack_tok_s: float | None
     delta_pct: float | None
@@ -57,15 +55,6 @@ class LevelDelta(BaseModel):
     scheduled_rate: float | None = None  # open loop: the schedule's rate as drawn (both sides share a schedule)
     baseline_achieved_rate: float | None = None  # open loop: the rate the client actually sent at, req/s
     stack_achieved_rate: float | None = None
-
-    @property
-    def level(self) -> float | int:
-        """The level's key: its offered rate in an open loop, its concurrency otherwise (LevelStats.level)."""
-        return self.rate if self.rate is not None else self.concurrency
-
-    @property
-    def level_text(self) -> str:
-        return level_text(self.level, self.rate is not None)
 
 
 class AAReference(BaseModel):

@@ -45,8 +45,23 @@ class Dist(BaseModel):
                    p99=float(p[3]), max=float(a.max()))
 
 
-class LevelStats(BaseModel):
-    concurrency: int  # closed loop; 0 in an open-loop level
+class Leveled(BaseModel):
+    """A load level: a concurrency (closed loop), or an offered request rate (open loop; concurrency 0)."""
+
+    concurrency: int
+    rate: float | None = None  # open loop: the offered request rate (req/s); None in closed loop
+
+    @property
+    def level(self) -> float | int:
+        """The level's key: its offered rate in an open loop, its concurrency otherwise."""
+        return self.rate if self.rate is not None else self.concurrency
+
+    @property
+    def level_text(self) -> str:
+        return level_text(self.level, self.rate is not None)
+
+
+class LevelStats(Leveled):
     repeat: int = 0
     sent: int
     succeeded: int
@@ -66,19 +81,9 @@ class LevelStats(BaseModel):
     dispatch_delay_ms: Dist
     steady: Stationarity = Stationarity(steady=None)
     ttft_modes: Modes | None = None
-    rate: float | None = None  # open loop: the offered request rate (req/s); None in closed loop
     scheduled_rate: float | None = None  # open loop: the rate of the schedule as drawn (poisson: ~rate)
     achieved_rate: float | None = None  # open loop: the rate the client actually sent at
     off_schedule: str | None = None  # open loop: why the client did not keep to the schedule (None: it did)
-
-    @property
-    def level(self) -> float | int:
-        """The level's key: its offered rate in an open loop, its concurrency otherwise."""
-        return self.rate if self.rate is not None else self.concurrency
-
-    @property
-    def level_text(self) -> str:
-        return level_text(self.level, self.rate is not None)
 
 
 def level_text(level: float | int, open_loop: bool) -> str:
