@@ -132,6 +132,20 @@ def test_capacity_broken_by_token_gaps_is_prefill_interference(tmp_path, write_p
 
 
 @pytest.mark.slow
+def test_capacity_in_an_open_loop_is_a_rate_below_the_engines_service_rate(tmp_path, write_profile):
+    # one slot, 5 + 15 x 5 = 80 ms a request: 12.5 req/s is all it can serve; above that the queue grows without
+    # end (TTFT from the schedule too), at a third of it a request rarely waits
+    profile = write_profile(rates=[4.0], requests=20, output_tokens=16, input_tokens=32, scrape_interval_s=0.1,
+                            min_duration_s=0.2, warmup_sweep=False)
+    rc = main(["capacity", "--stack", "sim", "--profile", str(profile), "--sla-ttft-p95", "0.1", "--max-level", "16",
+               "--results-dir", str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports"),
+               "--opt", "ttft_ms=5", "--opt", "itl_ms=5", "--opt", "max_num_seqs=1"])
+    s = json.loads((next((tmp_path / "results").iterdir()) / "summary.json").read_text())["capacity"]
+    assert rc == 0 and s["kind"] == "rate" and s["max_concurrency"] is None
+    assert 4.0 <= s["max_rate"] < 12.5 and s["how"] == "queueing"
+
+
+@pytest.mark.slow
 def test_an_sla_no_level_meets_is_capacity_zero(tmp_path, write_profile):
     rc, s, report = capacity(tmp_path, write_profile, "--stack", "sim", "--opt", "ttft_ms=30", sla_ttft="0.001")
     assert rc == 0 and s["capacity"]["max_concurrency"] == 0
