@@ -21,7 +21,7 @@ from stacks.base import Stack
 
 MAX_ERROR_SHARE = 0.01  # a level whose requests fail more often than this does not hold the SLA either
 RATE_STEP = 1.1  # open loop: bisection stops when the bracket is this narrow (hi / lo)
-GAUGE_POLL_S, GAUGE_PASS_S = 0.25, 3.0  # the unmeasured pass that reads the engine's gauges under load
+GAUGE_POLL_S, GAUGE_SAMPLES = 0.25, 12  # the unmeasured pass that reads the engine's gauges under load
 
 
 class SLA(BaseModel):
@@ -80,15 +80,15 @@ def gauge_profile(profile: LoadProfile) -> LoadProfile | None:
     host polling vLLM's /metrics during a window moves its TTFT several-fold (the API server renders metrics in
     the process that streams tokens). So with the default `scrape: boundary` each probe's latencies are measured
     unpolled, and the gauges are read in a second, unmeasured pass at the same level right after it, polled
-    every GAUGE_POLL_S for at least GAUGE_PASS_S: a loaded vLLM API server answers /metrics mostly in the moments
-    its engine is idle, so a couple of samples can all miss the load. None: the profile polls during its windows
-    itself (interval) or not at all (none)."""
+    every GAUGE_POLL_S (or the profile's faster interval) for GAUGE_SAMPLES polls: a loaded vLLM API server
+    answers /metrics mostly in the moments its engine is idle, so a couple of samples can all miss the load.
+    None: the profile polls during its windows itself (interval) or not at all (none)."""
     if profile.scrape != "boundary":
         return None
     data = profile.model_dump()
+    poll = min(profile.scrape_interval_s, GAUGE_POLL_S)
     data.update(scrape="interval", warmup_waves=0, warmup_sweep=False, requests_per_concurrency=0,
-                requests=min_requests(), scrape_interval_s=min(profile.scrape_interval_s, GAUGE_POLL_S),
-                min_duration_s=GAUGE_PASS_S)
+                requests=min_requests(), scrape_interval_s=poll, min_duration_s=GAUGE_SAMPLES * poll)
     return LoadProfile.model_validate(data)
 
 
