@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 from harness.cliutil import console, err_console, parse_options, recorded, settings_for
@@ -23,18 +24,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     from stacks.base import get_stack
 
     profile = load_profile(args.profile or "quick")
+    cost = price(args.gpu_hourly_usd)
     stack_cls = get_stack(args.stack)
     run_id = new_run_id(args.stack)
     stack = stack_cls(settings_for(args, profile, Path(args.results_dir) / run_id / "logs"))  # validates options
     if args.target != "local":
         return run_target("run", args, stack, profile, run_id, args.repeats, console)
-    from harness.output import level_table, summary_markdown
+    from harness.output import cost_markdown, level_table, summary_markdown
     from harness.session import deploy_and_measure, place
 
     writer = RunWriter(run_id, Path(args.results_dir), meta={
         "command": "run", "stack": args.stack, "profile": profile.model_dump(), "placement": place(profile),
         "pid": os.getpid()})
     console.print(f"run [bold]{run_id}[/] → {writer.dir}")
+    t0 = time.monotonic()
     summary = None
     with recorded(writer) as outcome:
         with stack:
@@ -47,7 +50,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if summary is not None:
         summary.status = outcome.status
         writer.write_json("summary.json", summary.model_dump())
-        (writer.dir / "summary.md").write_text(summary_markdown(summary, writer.meta))
+        (writer.dir / "summary.md").write_text(summary_markdown(summary, writer.meta)
+                                               + (cost_markdown(summary, cost, time.monotonic() - t0) if cost else ""))
         writer.scrub()
         console.print(level_table(summary))
     console.print(f"results: {writer.dir} (status: {outcome.status})")
@@ -212,6 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--port", type=inputs.port, help="port for a locally deployed server (default: a free one)")
     r.add_argument("--repeats", type=inputs.positive_int, help="repeat the sweep N times (default: the profile's)")
     r.add_argument("--opt", action="append", metavar="KEY=VALUE", help="stack option (repeatable)")
+    r.add_argument("--gpu-hourly-usd", type=inputs.positive_float, default=None,
+                   help="what one GPU costs per hour (default: $GPU_HOURLY_USD)")
     r.add_argument("--results-dir", type=inputs.results_dir, default=str(RESULTS_DIR), help=results_help)
     add_target_arguments(r)
     r.set_defaults(func=cmd_run)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from harness.cost import Price, usd
 from harness.stats import levels_text
 from harness.steady import likely_cause
 from harness.sweep import RunSummary
@@ -128,3 +129,11 @@ def health_warnings(summary: RunSummary, who: str = "") -> list[str]:
                    "differ by more than their noise (see the level's note); the level's mean hides a change of "
                    "state.")
     return out
+
+
+def cost_markdown(summary: RunSummary, price: Price, wall_s: float) -> str:
+    """The run's cost and $ per million output tokens at each level, at a GPU's hourly price."""
+    lines = ["", f"**Cost** at {price.text()}: this run {usd(price.run_usd(wall_s))}; per million output tokens: "
+             + ", ".join(f"{lv.stats.level_text} {usd(price.usd_per_mtok(lv.stats.throughput_tok_s))}"
+                         for lv in summary.levels)]
+    return "\n".join(lines) + "\n"

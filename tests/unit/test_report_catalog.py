@@ -31,7 +31,8 @@ def seed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                                        "output_tokens": 8, "input_tokens": 32, "warmup_sweep": False}))
     results = root / "results"
     fast = ["--opt", "ttft_ms=5", "--opt", "itl_ms=1"]  # the figures don't matter here, the folders do
-    assert main(["run", "--stack", "sim", "--profile", str(profile), "--results-dir", str(results), *fast]) == 0
+    assert main(["run", "--stack", "sim", "--profile", str(profile), "--results-dir", str(results), *fast,
+                 "--gpu-hourly-usd", "3.6"]) == 0
     assert main(["compare", "--stack", "sim-proxy", "--profile", str(profile), "--repeats", "1",
                  "--results-dir", str(results), "--reports-dir", str(root / "reports"), *fast]) == 0
     dirs = sorted(results.iterdir())
@@ -211,3 +212,9 @@ def test_report_command_prints_problems_and_exits_0(seed, tmp_path, capsys):
     assert "No run under" in out.read_text() and "empty folder; skipped" in out.read_text()
     assert main(["report", "--results-dir", str(tmp_path / "nowhere"), "--out", str(out)]) == 0
     assert "nowhere: no such folder" in capsys.readouterr().out
+
+
+def test_a_run_with_a_gpu_price_says_what_it_cost(seed):
+    md = (seed["run"] / "summary.md").read_text()
+    # $3.6 an hour is $0.001 a second; c=1's tokens priced at the measured throughput
+    assert "**Cost** at $3.6 per GPU-hour: this run $" in md and "per million output tokens: c=1 $" in md
