@@ -99,7 +99,7 @@ compare: $(needs)
 capacity: $(needs)
 	$(LB) capacity --stack $(STACK) --profile $(PROFILE) $(if $(URL),--url $(URL)) $(if $(MODE),--opt mode=$(MODE)) \
 		$(if $(filter-out 0 no false,$(BASELINE)),--baseline) $(if $(SLA_TTFT_P95),--sla-ttft-p95 $(SLA_TTFT_P95)) \
-		$(if $(SLA_ITL_P95),--sla-itl-p95 $(SLA_ITL_P95)) $(ARGS)
+		$(if $(SLA_ITL_P95),--sla-itl-p95 $(SLA_ITL_P95)) $(if $(REPEATS),--repeats $(REPEATS)) $(ARGS)
 
 sweep: $(needs)
 	$(LB) sweep --stack $(STACK) --profile $(PROFILE) $(if $(SETTING),--setting $(SETTING)) $(if $(OPT),--option $(OPT)) \

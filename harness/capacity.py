@@ -214,19 +214,21 @@ def _how(before: Probe | None, at: Probe, sla: SLA) -> tuple[How, str]:
 
 
 def searcher(sla: SLA, ceiling: float, results: dict[str, CapacityResult],
-             on_result: Callable[[CapacityResult], None] | None = None):
+             on_result: Callable[[CapacityResult], None] | None = None, repeats: int = 1):
     """A sweep for `harness.session.deploy_and_measure`: the capacity search on the ready deployment, one
-    `measure` call per probe (each probe is a level of the run's summary, written as it is measured)."""
+    `measure` call per probe (each probe is a level of the run's summary, written as it is measured). With
+    repeats > 1 a level holds only if every one of its windows held: on a noisy host one window's p95 can land
+    on either side of the bound."""
 
     def run(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunSummary, console: Console,
-            repeats: int | None = None, **_: object) -> RunSummary:
+            _repeats: int | None = None, **_: object) -> RunSummary:
         open_loop = profile.open_loop
         kind: Literal["concurrency", "rate"] = "rate" if open_loop else "concurrency"
 
         def probe(x: float, phase: Literal["coarse", "bisect"]) -> Probe:
             console.print(f"[bold]{summary.label}[/] capacity probe ({phase}): {'rate' if open_loop else 'c'}={x:g}")
             n = len(summary.levels)
-            measure(stack, _one_level(profile, x), writer, summary, console, repeats=1)
+            measure(stack, _one_level(profile, x), writer, summary, console, repeats=repeats)
             polled = None
             if gauges is not None:
                 console.print(f"[bold]{summary.label}[/] reading the engine's gauges at {'rate' if open_loop else 'c'}"

@@ -62,7 +62,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     measured = None
     with recorded(writer) as outcome:
         measured = baseline_then_stack(targets, profile, writer, console, 1,
-                                       sweep=searcher(sla, float(ceiling), {}, keep))
+                                       sweep=searcher(sla, float(ceiling), {}, keep, args.repeats or 1))
         summary.failures = dict(measured.failures)
         summary.versions = {label: run.engine_version for label, run in measured.runs.items()}
         if measured.failures:
@@ -160,6 +160,8 @@ def add_parsers(sub, profile_help: str, results_help: str) -> None:
     c.add_argument("--sla-itl-p95", type=inputs.positive_float,
                    help="seconds (default: the profile's slo.itl_p95_s; unset: ITL is reported, not bounded)")
     c.add_argument("--baseline", action="store_true", help="also search the stack's version-matched bare vLLM")
+    c.add_argument("--repeats", type=inputs.positive_int, help="windows per probed level; a level holds only if "
+                   "every window held (default 1)")
     c.add_argument("--max-level", type=inputs.positive_float,
                    help="the search's ceiling (default: 4 x max_num_seqs, or 1000 req/s in an open-loop profile)")
     c.set_defaults(func=cmd_capacity)
