@@ -69,6 +69,7 @@ class CapacityResult(BaseModel):
     tok_s_at_capacity: float | None = None
     probes: list[Probe] = []
     message: str = ""
+    warnings: list[str] = []  # where the search's answer is fragile: latency not rising with load, thin margins
 
     @property
     def value(self) -> float:
@@ -168,6 +169,7 @@ def judge(label: str, stack: str, kind: Literal["concurrency", "rate"], sla: SLA
                      "errors")
         r.how, r.how_text = _how(None, low, sla)
         return r
+    r.warnings = _fragile(held, broke, sla, unit, suffix)
     best = held[-1]
     r.max_concurrency, r.max_rate = (int(best.level), None) if kind == "concurrency" else (None, best.level)
     r.tok_s_at_capacity = best.tok_s
@@ -185,6 +187,26 @@ def judge(label: str, stack: str, kind: Literal["concurrency", "rate"], sla: SLA
     r.message = (f"capacity {unit}{best.level:g}{suffix} at {sla.text()}: it broke at {unit}{first.level:g}{suffix} "
                  f"({'; '.join(first.why)}), by {r.how}")
     return r
+
+
+NEAR = 0.9  # a level that held within 10% of a bound held narrowly
+
+
+def _fragile(held: list[Probe], broke: list[Probe], sla: SLA, unit: str, suffix: str) -> list[str]:
+    """The bisection assumes latency rises with load; say where the probes contradict it or the answer is close."""
+    out = []
+    inverted = [(h, b) for b in broke for h in held if h.level > b.level]
+    if inverted:
+        h, b = inverted[0]
+        out.append(f"{unit}{h.level:g}{suffix} held although {unit}{b.level:g}{suffix} broke: on this host the "
+                   "latency does not rise steadily with load, so another run can answer differently (REPEATS=3 "
+                   "judges each level on three windows)")
+    near = [h for h in held if (h.ttft_p95_ms or 0) > NEAR * sla.ttft_p95_s * 1e3
+            or (sla.itl_p95_s and (h.itl_p95_ms or 0) > NEAR * sla.itl_p95_s * 1e3)]
+    if near:
+        out.append("held within 10% of a bound: " + ", ".join(
+            f"{unit}{h.level:g}{suffix} (TTFT p95 {_ms(h.ttft_p95_ms)}, ITL p95 {_ms(h.itl_p95_ms)})" for h in near))
+    return out
 
 
 How = Literal["queueing", "prefill interference", "slow first token", "errors"]

@@ -22,7 +22,7 @@ def conclusion(r: CapacityResult, who: str) -> list[str]:
     """The capacity, how it broke and the 429-threshold candidates, as report bullets."""
     if not r.probes:
         return [f"{who}: nothing was measured"]
-    lines = [f"**{who}**: {r.message}"]
+    lines = [f"**{who}**: {r.message}", *[f"**{who}, fragile**: {w}" for w in r.warnings]]
     if r.how_text:
         lines.append(f"{who}, how it broke: {r.how_text}")
     if r.value > 0:

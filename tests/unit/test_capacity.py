@@ -42,6 +42,18 @@ def test_coarse_sweep_then_bisection_finds_the_exact_break():
     assert r.kv_usage_before_break == pytest.approx(0.13)
 
 
+def test_a_search_the_host_contradicts_says_so():
+    probes = [Probe(level=x, phase="coarse", held=held, ttft_p95_ms=t, itl_p95_ms=5.0, tok_s=1.0, goodput=1.0,
+                    error_share=0.0, waiting_max=0.0, running_max=x, kv_cache_usage_max=0.0)
+              for x, held, t in ((1, True, 20.0), (2, False, 60.0), (4, True, 48.0), (8, False, 90.0))]
+    r = judge("stack", "x", "concurrency", SLA_T, probes)
+    assert r.max_concurrency == 4
+    assert any("c=4 held although c=2 broke" in w for w in r.warnings)
+    assert any("within 10% of a bound: c=4 (TTFT p95 48 ms" in w for w in r.warnings)
+    probe, _ = fake(13)
+    assert judge("stack", "x", "concurrency", SLA_T, search(probe, [1, 2, 4, 8, 16], integer=True)).warnings == []
+
+
 def test_itl_break_is_prefill_interference():
     probe, _ = fake(5, ttft_over=False)
     r = judge("stack", "x", "concurrency", SLA_T, search(probe, [1, 2, 4, 8], integer=True))
