@@ -55,6 +55,7 @@ def plot(s: CapacitySummary, out: Path) -> str | None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import ScalarFormatter
 
     sides = [(who, r) for who, r in ((f"baseline {s.baseline.stack}" if s.baseline else "", s.baseline),
                                      (s.stack, s.capacity)) if r and r.probes]
@@ -74,6 +75,7 @@ def plot(s: CapacitySummary, out: Path) -> str | None:
             ax.axhline(bound * 1e3, color="red", lw=1, ls="--", label=f"SLA {bound * 1e3:g} ms")
         if kind == "concurrency":
             ax.set_xscale("log", base=2)
+            ax.xaxis.set_major_formatter(ScalarFormatter())  # 1, 2, 4 rather than 2^0, 2^1, 2^2
         ax.set(title=title, xlabel="concurrency" if kind == "concurrency" else "offered rate (req/s)", ylabel="ms")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
