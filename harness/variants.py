@@ -58,6 +58,14 @@ class Effect(BaseModel):
     stack: LevelDelta | None  # the same change behind the layer
 
 
+class ShapeGap(BaseModel):
+    """The least costly shape of the layer against the runner-up ("baseline" = runner-up, "stack" = best)."""
+
+    best: str
+    second: str
+    delta: LevelDelta
+
+
 class SweepSummary(BaseModel):
     run_id: str
     stack: str
@@ -69,6 +77,7 @@ class SweepSummary(BaseModel):
     status: str = "running"
     points: list[Point] = []
     effects: list[Effect] = []
+    shape_gap: ShapeGap | None = None  # OPT sweeps: is the least costly shape cheaper beyond noise?
     conclusion: str = ""
     failures: dict[str, str] = {}
     wall_s: float | None = None
@@ -125,7 +134,22 @@ def settle(s: SweepSummary, runs: dict[str, RunSummary], failures: dict[str, str
         bare = level_deltas(runs.get(first.baseline_label), runs.get(last.baseline_label), levels, open_loop)
         layer = level_deltas(runs.get(first.stack_label), runs.get(last.stack_label), levels, open_loop)
         s.effects = [Effect(level=b.level_text, baseline=b, stack=st) for b, st in zip(bare, layer, strict=True)]
+    if s.kind == "option":
+        s.shape_gap = _shape_gap(s, runs, levels, open_loop)
     s.conclusion = setting_sentence(s) if s.kind == "setting" else option_sentence(s)
+
+
+def _shape_gap(s: SweepSummary, runs: dict[str, RunSummary], levels, open_loop: bool) -> ShapeGap | None:
+    """The least costly shape against the runner-up, head to head at the highest level both measured: is the
+    difference between them beyond noise?"""
+    ranked = sorted(((top.delta_pct, p) for p in s.points
+                     if (top := _top(p.levels, lambda lv: lv.delta_pct is not None)) is not None), key=lambda x: -x[0])
+    if len(ranked) < 2:
+        return None
+    best, second = ranked[0][1], ranked[1][1]
+    gap = _top(level_deltas(runs.get(second.stack_label), runs.get(best.stack_label), levels, open_loop),
+               lambda lv: lv.delta_pct is not None)
+    return ShapeGap(best=best.value, second=second.value, delta=gap) if gap else None
 
 
 def _top(levels: list[LevelDelta], need) -> LevelDelta | None:
@@ -167,7 +191,10 @@ def option_sentence(s: SweepSummary) -> str:
         cores = sum(top.stack_cpu_cores.values())
         parts.append(f"{s.key}={p.value}: {top.delta_pct:+.1f}% at {top.level_text} ({top.verdict}), the "
                      f"deployment used {cores:.2f} cores")
-    measured = [(p, _top(p.levels, lambda lv: lv.delta_pct is not None)) for p in s.points]
-    ranked = sorted(((lv.delta_pct, p.value) for p, lv in measured if lv and lv.delta_pct is not None), reverse=True)
-    best = f"; least costly: {s.key}={ranked[0][1]}" if len(ranked) > 1 else ""
+    best = ""
+    if (g := s.shape_gap) is not None and g.delta.delta_pct is not None:
+        head = (f"{s.key}={g.best} against {s.key}={g.second} head to head: {g.delta.delta_pct:+.1f}% at "
+                f"{g.delta.level_text} ({g.delta.verdict})")
+        best = (f"; least costly: {s.key}={g.best} ({head})" if g.delta.verdict == "gain"
+                else f"; no shape is cheaper beyond the noise ({head})")
     return f"{s.stack} against the bare engine, shape by shape: " + "; ".join(parts) + best + "."

@@ -51,7 +51,8 @@ def test_shapes_of_the_layer_each_against_one_baseline(tmp_path, write_profile):
     assert s["points"][0]["baseline_label"] == s["points"][1]["baseline_label"] == "baseline"
     assert delay["verdict"] == "overhead" and delay["delta_pct"] < no_delay["delta_pct"] - 15
     assert any(k.startswith("proxy:") for k in delay["stack_cpu_cores"])  # per-process CPU for each shape
-    assert "least costly: request_delay_ms=0" in s["conclusion"]
+    assert "least costly: request_delay_ms=0 (request_delay_ms=0 against request_delay_ms=40 head to head: +" \
+        in s["conclusion"] and "(gain)" in s["conclusion"]
     assert "Where the CPU went (cores), request_delay_ms=40" in (report / "report.md").read_text()
 
 
