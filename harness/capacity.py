@@ -235,10 +235,10 @@ def _how(before: Probe | None, at: Probe, sla: SLA) -> tuple[How, str]:
     return "queueing", f"{moved}: the first token waited, as when requests queue for the engine{seen}"
 
 
-def searcher(sla: SLA, ceiling: float, results: dict[str, CapacityResult],
-             on_result: Callable[[CapacityResult], None] | None = None, repeats: int = 1):
+def searcher(sla: SLA, ceiling: float, on_result: Callable[[CapacityResult], None], repeats: int = 1):
     """A sweep for `harness.session.deploy_and_measure`: the capacity search on the ready deployment, one
-    `measure` call per probe (each probe is a level of the run's summary, written as it is measured). With
+    `measure` call per probe (each probe is a level of the run's summary, written as it is measured), and
+    `on_result` with the answer so far after each probe (a run stopped mid-search keeps what it found). With
     repeats > 1 a level holds only if every one of its windows held: on a noisy host one window's p95 can land
     on either side of the bound."""
 
@@ -260,19 +260,14 @@ def searcher(sla: SLA, ceiling: float, results: dict[str, CapacityResult],
                 polled = side.levels[-1] if side.levels else None
             measured = [probe_of(lv, sla, phase, polled) for lv in summary.levels[n:]]
             worst = next((p for p in measured if not p.held), measured[-1])  # every repeat must hold
-            partial = judge(summary.label, stack.kind, kind, sla, [*results_so_far, worst])
-            results[summary.label] = partial
-            if on_result:
-                on_result(partial)
-            results_so_far.append(worst)
+            so_far.append(worst)
+            on_result(judge(summary.label, stack.kind, kind, sla, so_far))
             return worst
 
-        results_so_far: list[Probe] = []
+        so_far: list[Probe] = []
         gauges = gauge_profile(profile)
         probes = search(probe, coarse_levels(profile, ceiling), integer=not open_loop)
-        results[summary.label] = judge(summary.label, stack.kind, kind, sla, probes)
-        if on_result:
-            on_result(results[summary.label])
+        on_result(judge(summary.label, stack.kind, kind, sla, probes))
         return summary
 
     return run

@@ -62,7 +62,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     measured = None
     with recorded(writer) as outcome:
         measured = baseline_then_stack(targets, profile, writer, console, 1,
-                                       sweep=searcher(sla, float(ceiling), {}, keep, args.repeats or 1))
+                                       sweep=searcher(sla, float(ceiling), keep, args.repeats or 1))
         summary.failures = dict(measured.failures)
         summary.versions = {label: run.engine_version for label, run in measured.runs.items()}
         if measured.failures:
