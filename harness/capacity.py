@@ -190,6 +190,7 @@ def judge(label: str, stack: str, kind: Literal["concurrency", "rate"], sla: SLA
 
 
 NEAR = 0.9  # a level that held within 10% of a bound held narrowly
+FALL = 2 / 3  # a held level whose TTFT p95 is below 2/3 of a lower level's: the windows are noise, not load
 
 
 def _fragile(held: list[Probe], broke: list[Probe], sla: SLA, unit: str, suffix: str) -> list[str]:
@@ -201,6 +202,13 @@ def _fragile(held: list[Probe], broke: list[Probe], sla: SLA, unit: str, suffix:
         out.append(f"{unit}{h.level:g}{suffix} held although {unit}{b.level:g}{suffix} broke: on this host the "
                    "latency does not rise steadily with load, so another run can answer differently (REPEATS=3 "
                    "judges each level on three windows)")
+    falls = [(a, b) for i, a in enumerate(held) for b in held[i + 1:]
+             if a.ttft_p95_ms and b.ttft_p95_ms and b.ttft_p95_ms < FALL * a.ttft_p95_ms]
+    if falls and not inverted:
+        a, b = falls[0]
+        out.append(f"TTFT p95 fell as load rose ({unit}{a.level:g}{suffix} {_ms(a.ttft_p95_ms)}, {unit}{b.level:g}"
+                   f"{suffix} {_ms(b.ttft_p95_ms)}): one window per level is noisy here, so another run can answer "
+                   "differently (REPEATS=3 judges each level on three windows)")
     near = [h for h in held if (h.ttft_p95_ms or 0) > NEAR * sla.ttft_p95_s * 1e3
             or (sla.itl_p95_s and (h.itl_p95_ms or 0) > NEAR * sla.itl_p95_s * 1e3)]
     if near:

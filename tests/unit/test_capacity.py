@@ -52,6 +52,12 @@ def test_a_search_the_host_contradicts_says_so():
     assert any("within 10% of a bound: c=4 (TTFT p95 48 ms" in w for w in r.warnings)
     probe, _ = fake(13)
     assert judge("stack", "x", "concurrency", SLA_T, search(probe, [1, 2, 4, 8, 16], integer=True)).warnings == []
+    # what this host did: every level held, but c=3's TTFT p95 was a third of c=2's
+    noisy = [Probe(level=x, phase="coarse", held=x < 4, ttft_p95_ms=t, itl_p95_ms=5.0, tok_s=1.0, goodput=1.0,
+                   error_share=0.0, waiting_max=0.0, running_max=x, kv_cache_usage_max=0.0)
+             for x, t in ((1, 10.0), (2, 36.0), (3, 13.0), (4, 80.0))]
+    r = judge("stack", "x", "concurrency", SLA_T, noisy)
+    assert r.max_concurrency == 3 and any("TTFT p95 fell as load rose (c=2 36 ms, c=3 13 ms)" in w for w in r.warnings)
 
 
 def test_itl_break_is_prefill_interference():
