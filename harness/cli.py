@@ -134,7 +134,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from stacks.base import get_stack
 
     profile = load_profile(args.profile or "quick").model_copy(update={
-        "concurrency": [2], "requests": 6, "requests_per_concurrency": 0, "min_duration_s": 2.5,
+        "concurrency": [2], "rates": None, "requests": 6, "requests_per_concurrency": 0, "min_duration_s": 2.5,
         "warmup_waves": 0, "repeats": 1})
     stack_cls = get_stack(args.stack)
     run_id = new_run_id(f"audit-{args.stack}")
