@@ -167,7 +167,7 @@ def judge(label: str, stack: str, kind: Literal["concurrency", "rate"], sla: SLA
         r.message = (f"capacity 0: no level met the SLA ({sla.text()}); the lowest, {unit}{low.level:g}{suffix}, had "
                      f"TTFT p95 {_ms(low.ttft_p95_ms)}, ITL p95 {_ms(low.itl_p95_ms)}, {100 * low.error_share:.0f}% "
                      "errors")
-        r.how, r.how_text = _how(None, low, sla)
+        r.how, r.how_text = _how(None, low, sla, kind == "concurrency")
         return r
     r.warnings = _fragile(held, broke, sla, unit, suffix)
     best = held[-1]
@@ -183,7 +183,7 @@ def judge(label: str, stack: str, kind: Literal["concurrency", "rate"], sla: SLA
         return r
     first = above[0]
     r.broke_at = first.level
-    r.how, r.how_text = _how(best, first, sla)
+    r.how, r.how_text = _how(best, first, sla, kind == "concurrency")
     r.message = (f"capacity {unit}{best.level:g}{suffix} at {sla.text()}: it broke at {unit}{first.level:g}{suffix} "
                  f"({'; '.join(first.why)}), by {r.how}")
     return r
@@ -220,10 +220,12 @@ def _fragile(held: list[Probe], broke: list[Probe], sla: SLA, unit: str, suffix:
 How = Literal["queueing", "prefill interference", "slow first token", "errors"]
 
 
-def _how(before: Probe | None, at: Probe, sla: SLA) -> tuple[How, str]:
-    """Queueing when TTFT is what grew past its bound and requests waited for a slot (or the engine's waiting
-    gauge is not visible); a slow first token when TTFT grew with nothing waiting; prefill interference when ITL
-    is what broke (decodes stalled by new prefills). The larger overshoot of its bound decides when both broke."""
+def _how(before: Probe | None, at: Probe, sla: SLA, closed_loop: bool = True) -> tuple[How, str]:
+    """Prefill interference when ITL is what broke (decodes stalled by new prefills); when TTFT broke, queueing
+    if requests waited in the engine, or (closed loop) fewer requests than the level ran in the engine at once,
+    the rest held in front of it, in the layer; a slow first token when every request ran and none waited; and
+    queueing inferred from TTFT alone when the engine's gauges did not see the load. The larger overshoot of
+    its bound decides when both broke."""
     ttft_over = (at.ttft_p95_ms or 0) / (sla.ttft_p95_s * 1e3)
     itl_over = (at.itl_p95_ms or 0) / (sla.itl_p95_s * 1e3) if sla.itl_p95_s else 0.0
     was = (f"from {_ms(before.ttft_p95_ms)} / {_ms(before.itl_p95_ms)} at {before.level:g} "
@@ -231,16 +233,22 @@ def _how(before: Probe | None, at: Probe, sla: SLA) -> tuple[How, str]:
     moved = f"TTFT p95 / ITL p95 went {was}to {_ms(at.ttft_p95_ms)} / {_ms(at.itl_p95_ms)} at {at.level:g}"
     if max(ttft_over, itl_over) <= 1.0 and at.error_share > MAX_ERROR_SHARE:
         return "errors", f"requests failed ({100 * at.error_share:.0f}%) before latency broke; {moved}"
-    waiting = f"; up to {at.waiting_max:.0f} requests waited for a slot" if at.waiting_max else ""
+    waiting, running = at.waiting_max, at.running_max
+    queued = f"; up to {waiting:.0f} requests waited in the engine" if waiting else ""
     if itl_over > ttft_over:
         return "prefill interference", (f"{moved}: the gaps between tokens spiked, as when new requests' prefill "
-                                        f"pushes back the running decodes{waiting}")
-    if at.waiting_max == 0:
-        return "slow first token", (f"{moved} with no request waiting in the engine: prefill and the engine's steps "
-                                    "slowed under the load (on a CPU host the engine shares its cores with the "
-                                    "server and the client), not a queue")
-    seen = waiting or "; the engine's waiting requests were not visible, so the queue is inferred from TTFT"
-    return "queueing", f"{moved}: the first token waited, as when requests queue for the engine{seen}"
+                                        f"pushes back the running decodes{queued}")
+    if waiting:
+        return "queueing", f"{moved}: the first token waited, as when requests queue for the engine{queued}"
+    if closed_loop and running and running < at.level:
+        return "queueing", (f"{moved}: at most {running:.0f} of the {at.level:g} requests ran in the engine at "
+                            "once and none waited there: the rest were held in front of it, in the layer")
+    if waiting == 0 and running:
+        return "slow first token", (f"{moved} with every request running and none waiting in the engine: prefill "
+                                    "and the engine's steps slowed under the load (on a CPU host the engine shares "
+                                    "its cores with the server and the client), not a queue")
+    return "queueing", (f"{moved}: the first token waited; the engine's gauges did not see the load, so the queue "
+                        "is inferred from TTFT alone")
 
 
 def searcher(sla: SLA, ceiling: float, on_result: Callable[[CapacityResult], None], repeats: int = 1):

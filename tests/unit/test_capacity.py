@@ -70,9 +70,18 @@ def test_ttft_break_with_nothing_waiting_is_a_slow_first_token_not_a_queue():
     probe, _ = fake(4)
     probes = search(probe, [1, 2, 4, 8], integer=True)
     for p in probes:
-        p.waiting_max = 0.0  # the engine's gauge was read: no request waited
+        p.waiting_max, p.running_max = 0.0, p.level  # the engine's gauges were read: all ran, none waited
     r = judge("stack", "x", "concurrency", SLA_T, probes)
     assert r.max_concurrency == 4 and r.how == "slow first token" and "not a queue" in r.how_text
+
+
+def test_requests_held_in_front_of_the_engine_are_a_queue_in_the_layer():
+    probe, _ = fake(2)
+    probes = search(probe, [1, 2, 4], integer=True)
+    for p in probes:
+        p.waiting_max, p.running_max = 0.0, min(p.level, 2.0)  # a layer that forwards two at a time
+    r = judge("stack", "x", "concurrency", SLA_T, probes)
+    assert r.how == "queueing" and "at most 2 of the 3 requests ran in the engine" in r.how_text
 
 
 def test_no_level_holds_is_capacity_zero_naming_the_lowest_level():
@@ -150,17 +159,18 @@ def test_capacity_broken_by_token_gaps_is_prefill_interference(tmp_path, write_p
 
 
 @pytest.mark.slow
-def test_capacity_in_an_open_loop_is_a_rate_below_the_engines_service_rate(tmp_path, write_profile):
-    # one slot, 5 + 15 x 5 = 80 ms a request: 12.5 req/s is all it can serve; above that the queue grows without
-    # end (TTFT from the schedule too), at a third of it a request rarely waits
-    profile = write_profile(rates=[4.0], requests=20, output_tokens=16, input_tokens=32, scrape_interval_s=0.1,
+def test_capacity_in_an_open_loop_is_searched_in_rates(tmp_path, write_profile):
+    # one slot, 10 + 15 x 2 = 40 ms a request: 25 req/s is all it can serve. At 12 req/s (half of it) a request
+    # rarely waits long; at 48 req/s the queue grows by a request every 40 ms, past the bound within the window
+    profile = write_profile(rates=[12.0], requests=60, output_tokens=16, input_tokens=32, scrape_interval_s=0.1,
                             min_duration_s=0.2, warmup_sweep=False)
-    rc = main(["capacity", "--stack", "sim", "--profile", str(profile), "--sla-ttft-p95", "0.1", "--max-level", "16",
+    rc = main(["capacity", "--stack", "sim", "--profile", str(profile), "--sla-ttft-p95", "0.2", "--max-level", "48",
                "--results-dir", str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports"),
-               "--opt", "ttft_ms=5", "--opt", "itl_ms=5", "--opt", "max_num_seqs=1"])
+               "--opt", "ttft_ms=10", "--opt", "itl_ms=2", "--opt", "max_num_seqs=1"])
     s = json.loads((next((tmp_path / "results").iterdir()) / "summary.json").read_text())["capacity"]
     assert rc == 0 and s["kind"] == "rate" and s["max_concurrency"] is None
-    assert 4.0 <= s["max_rate"] < 12.5 and s["how"] == "queueing"
+    assert [p["level"] for p in s["probes"]][:1] == [12.0] and 12.0 <= s["max_rate"] < 48.0
+    assert s["broke_at"] is not None and s["broke_at"] / s["max_rate"] <= 2.0 and s["how"] == "queueing"
 
 
 @pytest.mark.slow
