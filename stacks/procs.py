@@ -26,6 +26,11 @@ _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
 def _child_preexec() -> None:
+    # a stop signal held since the fork must stop this child, not raise KeyboardInterrupt in this function
+    # (that would fail the parent's Popen): the server gets default handlers at exec anyway
+    for s in _STOP_SIGNALS:
+        if signal.getsignal(s) != signal.SIG_IGN:  # `nohup` stays in force
+            signal.signal(s, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
     deployment_preexec()
 
