@@ -1,6 +1,7 @@
 """Per-level summaries of the scraped server metrics: what the engine itself saw during a level (gauges by
 their peak, counters by their delta over the level): running / waiting peaks, KV-cache usage, preemptions,
-prefix-cache hits; and the layer's own figures that its stack declares (`LayerMetric`), such as Triton's
+prefix-cache hits; the engine's own mean TTFT and E2E over the measured window (its histograms, read between
+the window's edge scrapes); and the layer's own figures that its stack declares (`LayerMetric`), such as Triton's
 queue time per request."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from harness.vllm_metrics import COUNTERS, GAUGES, aliases
+from harness.vllm_metrics import COUNTERS, GAUGES, HISTOGRAMS, aliases
 
 
 class ServerLevelMetrics(BaseModel):
@@ -24,6 +25,11 @@ class ServerLevelMetrics(BaseModel):
     prefix_cache_hits: float | None = None
     prefix_cache_queries: float | None = None
     layer: dict[str, float] = {}  # LayerMetric.key -> value over the level
+    # the engine's own view of the measured window, from its histograms' _sum/_count deltas between the window's
+    # edge scrapes: mean TTFT and E2E in ms, and how many requests they count (None: the layer hides them)
+    engine_ttft_ms: float | None = None
+    engine_e2e_ms: float | None = None
+    engine_requests: float | None = None
 
 
 class LayerMetric(BaseModel):
@@ -47,11 +53,33 @@ def _sum_family(samples: dict[str, float], family: str, renames: tuple[str, ...]
     return None
 
 
+def _histogram_means(scrapes: list[dict], renames: tuple[str, ...]) -> dict[str, float]:
+    """Mean (ms) and count of each of HISTOGRAMS between the first and the last edge scrape that carry it."""
+    out: dict[str, float] = {}
+    edges = [s for s in scrapes if s["ok"] and s.get("phase") in ("start", "end")]
+    for key, fam in HISTOGRAMS.items():
+        seen = [(total, n) for s in edges if (total := _sum_family(s["samples"], f"{fam}_sum", renames)) is not None
+                and (n := _sum_family(s["samples"], f"{fam}_count", renames)) is not None]
+        if len(seen) >= 2 and (n := seen[-1][1] - seen[0][1]) > 0:
+            out[f"{key}_ms"] = 1e3 * (seen[-1][0] - seen[0][0]) / n
+            out[f"{key}_n"] = n
+    return out
+
+
+def engine_latency(scrapes: list[dict], renames: tuple[str, ...] = ()
+                   ) -> tuple[float | None, float | None, float | None]:
+    """The engine's mean TTFT and E2E (ms) over a window, and how many requests its E2E histogram counted."""
+    means = _histogram_means(scrapes, renames)
+    return means.get("engine_ttft_ms"), means.get("engine_e2e_ms"), means.get("engine_e2e_n")
+
+
 def summarise(scrapes: Iterable[dict], renames: tuple[str, ...] = (),
               layer: tuple[LayerMetric, ...] = ()) -> ServerLevelMetrics:
     """renames: the prefixes the stack puts in place of `vllm:` (Stack.metric_aliases); layer: the layer's own
     figures its stack declares (Stack.layer_metrics)."""
+    scrapes = list(scrapes)
     out = ServerLevelMetrics()
+    out.engine_ttft_ms, out.engine_e2e_ms, out.engine_requests = engine_latency(scrapes, renames)
     firsts: dict[str, float] = {}
     lasts: dict[str, float] = {}
     peaks: dict[str, float] = {}

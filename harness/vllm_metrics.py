@@ -25,6 +25,9 @@ GAUGES = {"running": "vllm:num_requests_running", "waiting": "vllm:num_requests_
 COUNTERS = {"preemptions": "vllm:num_preemptions_total", "prefix_cache_hits": "vllm:prefix_cache_hits_total",
             "prefix_cache_queries": "vllm:prefix_cache_queries_total"}
 
+# The engine's own latency, read as mean over a window from _sum/_count deltas (set beside the client's).
+HISTOGRAMS = {"engine_ttft": "vllm:time_to_first_token_seconds", "engine_e2e": "vllm:e2e_request_latency_seconds"}
+
 
 def aliases(family: str, renames: tuple[str, ...] = ()) -> tuple[str, ...]:
     """`vllm:x` and what a stack that renames with `renames` calls it (`ray_vllm_x`, ...)."""

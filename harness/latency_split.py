@@ -1,0 +1,92 @@
+"""Where the latency went: per level, the engine's own mean TTFT and E2E (its histograms' _sum/_count deltas over
+the measured window, under the engine's names or the ones its stack declares) beside the client's mean.
+client − engine is the time spent outside the engine: the network, the API server and, behind a layer, the
+layer. On the baseline it is the API server's share; the stack's minus the baseline's is the layer's.
+
+The two sides of a row count nearly the same requests: the engine's window runs between the window's edge
+scrapes, the client's over the requests it measured. Where the engine's count differs from the client's by more
+than COUNT_TOLERANCE (Ray Serve's metrics agent exports with a lag, so its window is shifted), the row says so."""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import BaseModel
+
+from harness.sweep import LevelSummary, RunSummary
+
+COUNT_TOLERANCE = 0.1
+
+
+class SideSplit(BaseModel):
+    client_ttft_ms: float | None
+    engine_ttft_ms: float | None  # None: this side's endpoints do not expose the engine's histograms
+    client_e2e_ms: float | None
+    engine_e2e_ms: float | None
+    client_requests: float  # mean per repeat
+    engine_requests: float | None
+    count_off: bool = False  # the engine's window counted a different set of requests (lagging export)
+
+    @property
+    def outside_ttft_ms(self) -> float | None:
+        return _minus(self.client_ttft_ms, self.engine_ttft_ms)
+
+    @property
+    def outside_e2e_ms(self) -> float | None:
+        return _minus(self.client_e2e_ms, self.engine_e2e_ms)
+
+
+class LevelSplit(BaseModel):
+    level: int | float  # a concurrency, or an open-loop level's rate
+    baseline: SideSplit | None
+    stack: SideSplit | None
+
+    @property
+    def layer_ttft_ms(self) -> float | None:
+        """What the layer added to TTFT outside the engine: the stack's outside share less the baseline's."""
+        return _minus(self.stack and self.stack.outside_ttft_ms, self.baseline and self.baseline.outside_ttft_ms)
+
+    @property
+    def layer_e2e_ms(self) -> float | None:
+        return _minus(self.stack and self.stack.outside_e2e_ms, self.baseline and self.baseline.outside_e2e_ms)
+
+
+def _minus(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
+
+
+def _mean(vals: list[float | None]) -> float | None:
+    got = [v for v in vals if v is not None]
+    return float(np.mean(got)) if got else None
+
+
+def side_split(levels: list[LevelSummary]) -> SideSplit | None:
+    """Means over the repeats of one level; None when nothing complete was measured."""
+    done = [lv for lv in levels if lv.incomplete is None]
+    if not done:
+        return None
+    client_n = float(np.mean([lv.stats.succeeded for lv in done]))
+    engine_n = _mean([lv.server.engine_requests for lv in done])
+    off = any(lv.server.engine_requests is not None and lv.stats.succeeded
+              and abs(lv.server.engine_requests - lv.stats.succeeded) > COUNT_TOLERANCE * lv.stats.succeeded
+              for lv in done)
+    return SideSplit(client_ttft_ms=_mean([lv.stats.ttft_ms.mean for lv in done]),
+                     engine_ttft_ms=_mean([lv.server.engine_ttft_ms for lv in done]),
+                     client_e2e_ms=_mean([lv.stats.e2e_ms.mean for lv in done]),
+                     engine_e2e_ms=_mean([lv.server.engine_e2e_ms for lv in done]),
+                     client_requests=client_n, engine_requests=engine_n, count_off=off)
+
+
+def split(runs: dict[str, RunSummary]) -> list[LevelSplit]:
+    """One row per level measured by either side of a compare (runs keyed "baseline" and "stack")."""
+    levels = sorted({lv.stats.level for run in runs.values() for lv in run.levels})
+    out = []
+    for c in levels:
+        sides = {label: side_split([lv for lv in run.levels if lv.stats.level == c]) for label, run in runs.items()}
+        out.append(LevelSplit(level=c, baseline=sides.get("baseline"), stack=sides.get("stack")))
+    return out
+
+
+def hidden(rows: list[LevelSplit], label: str) -> bool:
+    """True when that side measured levels but none of them exposed the engine's histograms."""
+    sides = [getattr(r, label) for r in rows if getattr(r, label) is not None]
+    return bool(sides) and all(s.engine_ttft_ms is None and s.engine_e2e_ms is None for s in sides)
