@@ -189,6 +189,20 @@ def judge(label: str, stack: str, kind: Literal["concurrency", "rate"], sla: SLA
     return r
 
 
+def of_levels(label: str, stack: str, run: RunSummary, sla: SLA) -> CapacityResult | None:
+    """The capacity among a run's measured levels (a compare's, no bisection): a level holds only if every
+    repeat held, and it is judged by its worst repeat."""
+    by_level: dict[float, list[Probe]] = {}
+    for lv in run.levels:
+        if lv.incomplete is None:
+            by_level.setdefault(float(lv.stats.level), []).append(probe_of(lv, sla, "coarse"))
+    if not by_level:
+        return None
+    probes = [next((p for p in ps if not p.held), max(ps, key=lambda p: p.ttft_p95_ms or 0.0))
+              for ps in by_level.values()]
+    return judge(label, stack, "rate" if run.open_loop else "concurrency", sla, probes)
+
+
 NEAR = 0.9  # a level that held within 10% of a bound held narrowly
 FALL = 2 / 3  # a held level whose TTFT p95 is below 2/3 of a lower level's: the windows are noise, not load
 

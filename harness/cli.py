@@ -30,7 +30,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     stack = stack_cls(settings_for(args, profile, Path(args.results_dir) / run_id / "logs"))  # validates options
     if args.target != "local":
         return run_target("run", args, stack, profile, run_id, args.repeats, console)
-    from harness.output import cost_markdown, level_table, summary_markdown
+    from harness.output import cost_markdown, health_warnings, level_table, summary_markdown
     from harness.session import deploy_and_measure, place
 
     writer = RunWriter(run_id, Path(args.results_dir), meta={
@@ -54,6 +54,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                                                + (cost_markdown(summary, cost, time.monotonic() - t0) if cost else ""))
         writer.scrub()
         console.print(level_table(summary))
+        for w in health_warnings(summary):
+            console.print(f"⚠ {w}", style="yellow", markup=False, highlight=False)
+        console.print(f"summary: {writer.dir / 'summary.md'}", highlight=False)
     console.print(f"results: {writer.dir} (status: {outcome.status})")
     return outcome.exit_code(writer)
 
@@ -83,7 +86,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return run_target("compare", args, stack, profile, run_id, repeats, console)
     from harness.compare import latest_aa, observer_effect, run_compare
     from harness.report import REPORTS_DIR, write_report
+    from harness.samples import ttft_samples
     from harness.session import place
+    from harness.terminal import compare_summary
 
     placement = place(profile)
     invocation = plan.invocation if plan else 0
@@ -107,24 +112,24 @@ def cmd_compare(args: argparse.Namespace) -> int:
     summary.aa = latest_aa(results, profile.name, exclude=run_id)
     summary.observer_effect = observer_effect(profile.scrape)
     writer.write_json("compare.json", summary.model_dump())
+    bullets, extra, details = _decision_extras(summary, stack, profile, cost)
     report = write_report(summary, Path(args.reports_dir) / run_id if args.reports_dir else REPORTS_DIR / run_id,
-                          *_decision_extras(summary, stack, profile, cost))
+                          bullets, extra, details, ttfts=ttft_samples(writer.dir))
     writer.scrub(report.parent)
-    console.print(report.read_text(), markup=False, highlight=False)
-    console.print(f"report: {report} (+ report.html, plots); results: {writer.dir} (status: {outcome.status})")
+    compare_summary(console, summary, report, writer.dir, outcome.status)
     return outcome.exit_code(writer)
 
 
-def _decision_extras(summary, stack, profile: LoadProfile, cost: Price | None) -> tuple[list[str], list]:
-    """The compare report's cost (with a GPU price) and KV-cache arithmetic (for a stack that loads the model)."""
+def _decision_extras(summary, stack, profile: LoadProfile, cost: Price | None) -> tuple[list[str], list, list]:
+    """The compare report's cost (with a GPU price: a decision table) and KV-cache arithmetic (for a stack that
+    loads the model: a detail table)."""
     from harness.compare_extras import cost_bullet, cost_table
     from harness.kv_report import kv_tables
 
     bullets, tables = ([cost_bullet(summary, cost)], [cost_table(summary, cost)]) if cost else ([], [])
-    if stack.loads_model:
-        tables += kv_tables([(label, profile.engine, applied) for label, applied in summary.applied.items()],
-                            stack.settings.model_path)
-    return bullets, tables
+    details = kv_tables([(label, profile.engine, applied) for label, applied in summary.applied.items()],
+                        stack.settings.model_path) if stack.loads_model else []
+    return bullets, tables, details
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -142,15 +147,17 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if args.target != "local":
         return run_target("audit", args, stack, profile, run_id, None, console)
     from harness.audit import audit_from_scrapes
-    from harness.report import audit_markdown
+    from harness.report import audit_gist, audit_markdown
     from harness.results import read_jsonl
     from harness.session import baseline_then_stack, place
+    from harness.terminal import markup
 
     writer = RunWriter(run_id, Path(args.results_dir), meta={"command": "audit", "stack": args.stack,
                                                             "placement": place(profile), "pid": os.getpid()})
     # a stack without a baseline (an endpoint) is audited against itself: what its own endpoints expose
     targets = [("baseline", stack.baseline() or stack), ("stack", stack), *stack.audit_shapes()]
     md = [f"# Observability audit: {args.stack} — {run_id}", ""]
+    seen: list[str] = []
     with recorded(writer) as outcome:
         measured = baseline_then_stack(targets, profile, writer, console, 1, keep_going=False)
         scrapes = read_jsonl(writer.dir / "scrapes.jsonl")
@@ -163,33 +170,26 @@ def cmd_audit(args: argparse.Namespace) -> int:
                                         args.stack, target.metric_aliases(), target.observability_note())
             writer.write_json("audit.json" if label == "stack" else f"audit-{label}.json", result.model_dump())
             md += audit_markdown(result, None if len(targets) == 2 else label)
+            seen += audit_gist(result, None if len(targets) == 2 else label)
         if measured.failures:  # what was audited before the failure is written above
             outcome.reason = "; ".join(f"{k}: {v.splitlines()[0]}" for k, v in measured.failures.items())
     if len(md) > 2:
         (writer.dir / "audit.md").write_text("\n".join(md))
-        console.print("\n".join(md), markup=False, highlight=False)
-        console.print(f"audit: {writer.dir}/audit.md")
+        for line in seen:  # the gist; the families, endpoints and ports are in audit.md
+            console.print(markup(line))
+        console.print(f"audit: {writer.dir}/audit.md", highlight=False)
     return outcome.exit_code(writer)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from harness.output import markdown_table
-    from harness.report import SUMMARY_HEADER, write_all_stacks
+    from harness.summary_report import write_summary
+    from harness.terminal import summary_lines
 
+    # --out FILE.md (the earlier interface) puts every file beside it, named after it: FILE.html, FILE.csv, ...
+    out_dir, name = (Path(args.out).parent, Path(args.out).stem) if args.out else (Path(args.out_dir), "summary")
     # A damaged folder is named, never fatal: the other runs are still reported and the exit code stays 0.
-    path, rows, problems = write_all_stacks(Path(args.results_dir), Path(args.out))
-    if rows:
-        console.print(markdown_table(SUMMARY_HEADER, rows), markup=False, highlight=False)
-    if problems:
-        console.print(f"skipped or damaged ({len(problems)}):", style="yellow", markup=False, highlight=False)
-        for line in problems:
-            console.print(f"  {line}", style="yellow", markup=False, highlight=False)
-    if not rows:
-        console.print(f"no run could be reported: every folder under {args.results_dir} is damaged or not a run "
-                      "(listed above)" if problems else f"no runs under {args.results_dir} yet",
-                      style="yellow", markup=False, highlight=False)
-    console.print(f"written: {path} ({len(rows)} runs" + (f", {len(problems)} folders skipped or flagged)"
-                                                          if problems else ")"), markup=False, highlight=False)
+    for line in summary_lines(write_summary(Path(args.results_dir), out_dir, name), args.results_dir):
+        console.print(line, soft_wrap=True)  # a path is copied whole
     return 0
 
 
@@ -251,10 +251,17 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.cli_decide import add_parsers
 
     add_parsers(sub, profile_help, results_help)
+    from harness.cli_reports import add_parsers as add_report_parsers
 
-    rp = sub.add_parser("report", help="all-stacks summary table from every run under results/")
+    add_report_parsers(sub, results_help)
+
+    rp = sub.add_parser("report", help="cross-run summary of every run under results/: summary.md, .html, .csv "
+                        "and the throughput-delta chart")
     rp.add_argument("--results-dir", default=str(RESULTS_DIR))
-    rp.add_argument("--out", type=inputs.output_file, default="reports/summary.md")
+    rp.add_argument("--out-dir", type=inputs.results_dir, default="reports",
+                    help="where summary.md, summary.html, summary.csv and summary-delta.png go (default: reports/)")
+    rp.add_argument("--out", type=inputs.output_file, default=None, metavar="FILE.md",
+                    help="the Markdown file instead; the other files go beside it, named after it")
     rp.set_defaults(func=cmd_report)
 
     b = sub.add_parser("bench-harness", help="measure layerbench's own accuracy against the reference engine")

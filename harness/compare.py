@@ -17,7 +17,7 @@ from rich.console import Console
 from harness.audit import AuditResult, audit_from_scrapes
 from harness.errors import LayerbenchError
 from harness.noise import DeltaInterval, delta_interval
-from harness.profile import LoadProfile
+from harness.profile import SLO, LoadProfile
 from harness.results import RunWriter, read_jsonl
 from harness.resume import ResumePlan, ResumeRefused
 from harness.session import Sides, baseline_then_stack, sides
@@ -92,6 +92,7 @@ class CompareSummary(BaseModel):
     placement: str | None = None
     host_cores: int = 0
     invocations: int = 1  # how many `compare` / `compare --resume` invocations measured it
+    slo: SLO | None = None  # the profile's, which goodput and the report's capacity are judged by
 
     @property
     def open_loop(self) -> bool:
@@ -251,7 +252,7 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
         profile=profile.name, repeats=repeats, versions=versions,
         version_match=versions["baseline"] == versions["stack"],
         applied={}, settings_match=False, settings_mismatches=[], options=dict(stack.settings.options),
-        scrape_policy=profile.scrape, invocations=(plan.invocation if plan else 0) + 1,
+        scrape_policy=profile.scrape, slo=profile.slo, invocations=(plan.invocation if plan else 0) + 1,
     )
 
     def keep(measured: Sides) -> None:

@@ -10,6 +10,8 @@ from harness.steady import likely_cause
 from harness.sweep import RunSummary
 from harness.topology import cores_sentence
 
+MINOR_CORES = 0.05  # a process under this many cores at every level is summed as 'other' (CPU table and plot)
+
 
 def fmt(v: float | None, pattern: str = "{:.1f}") -> str:
     return "—" if v is None else pattern.format(v)

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from harness.cost import Price, usd
 from harness.output import fmt
 from harness.render import Table, write_document
-from harness.report import cpu_rows
+from harness.report_tables import cpu_rows
 from harness.variants import SweepSummary
 
 

@@ -56,6 +56,22 @@ def test_compare_reports_known_overhead_and_renamed_metrics(tmp_path, write_prof
     cost_rows = [ln for ln in md.splitlines() if ln.startswith("| 4 |") and "$" in ln]
     assert cost_rows and cost_rows[0].rstrip(" |").split("| ")[-1].startswith("+")
     assert "KV cache: config.json" not in md  # the reference engine loads no model
+    # the decision first: the verdict heads the report, the plots come before the details
+    assert md.splitlines()[2].startswith("- **sim-proxy: ") and "overhead" in md.splitlines()[2]
+    assert md.index("## Capacity at the SLO") < md.index("## Throughput") < md.index("## Latency in full") \
+        < md.index("## Plots") < md.index("## Where the CPU went")
+    html = (report / "report.html").read_text()
+    assert "**" not in html and "<details><summary>Where the CPU went" in html
+    # where the latency went: the proxy's 40 ms are outside the engine, and the engine's own histograms say so
+    from harness.latency_split import split
+
+    rows = split(s.runs)
+    assert [r.level for r in rows] == [1, 4]
+    for r in rows:
+        assert r.stack.engine_ttft_ms == pytest.approx(r.baseline.engine_ttft_ms, abs=10), r
+        assert r.layer_ttft_ms == pytest.approx(40, abs=15), r
+        assert not r.stack.count_off and r.stack.engine_requests == pytest.approx(r.stack.client_requests, rel=0.1)
+    assert "## Where the latency went" in md
 
 
 @pytest.mark.slow  # seconds each; `make test` runs it, `make test-fast` stays under 2 min

@@ -16,7 +16,7 @@ import yaml
 from harness import catalog
 from harness.catalog import read_results
 from harness.cli import main
-from harness.report import SUMMARY_HEADER, write_all_stacks
+from harness.summary_report import SUMMARY_HEADER, write_summary
 
 STATUS, RUN, DELTA = SUMMARY_HEADER.index("status"), SUMMARY_HEADER.index("run"), SUMMARY_HEADER.index(
     "delta at highest level")
@@ -83,7 +83,7 @@ def test_damaged_folders_are_named_and_good_runs_kept(seed, tmp_path):
     (results / "stray-file.txt").write_text("not a folder: ignored")
 
     entries, problems = read_results(results)
-    rows = by_run([r for r in write_all_stacks(results, tmp_path / "summary.md")[1]])
+    rows = by_run(write_summary(results, tmp_path).rows)
 
     # the good runs are reported with their figures, and no problem
     assert rows["good-run"][STATUS] == "complete" and rows["good-run"][DELTA] == "— (single run)"
@@ -127,7 +127,8 @@ def test_cut_requests_jsonl_is_flagged(seed, tmp_path):
     lines[4] = "42\n"  # JSON, but not a record
     garbled.write_text("".join(lines))
 
-    _, rows, problems = write_all_stacks(results, tmp_path / "summary.md")
+    r = write_summary(results, tmp_path)
+    rows, problems = r.rows, r.problems
     rows_by = by_run(rows)
     assert rows_by["cut"][STATUS] == f"complete (requests.jsonl: line {n} truncated)"
     assert rows_by["cut"][SUMMARY_HEADER.index("goodput")].endswith("%")  # the figures are still shown
@@ -149,7 +150,8 @@ def test_interrupted_and_failed_runs_are_listed_with_their_reason(seed, tmp_path
     partial = clone(seed, "run", results, "failed-late")  # died after a level: what it measured is shown
     edit_json(partial / "run.json", status="failed", reason="sim died mid-run after c=1")
 
-    _, rows, problems = write_all_stacks(results, tmp_path / "summary.md")
+    r = write_summary(results, tmp_path)
+    rows, problems = r.rows, r.problems
     rows_by = by_run(rows)
     assert problems == []  # not damaged: these runs say what happened to them
     assert rows_by["interrupted"][STATUS] == ("interrupted — interrupted by the user (Ctrl-C / SIGTERM); "
@@ -202,7 +204,7 @@ def test_report_command_prints_problems_and_exits_0(seed, tmp_path, capsys):
     assert "(2 runs, 2 folders skipped or flagged)" in printed
     md = out.read_text()
     assert "| sim-proxy | yes |" in md and "## Skipped or damaged" in md
-    assert f"- {results / 'bad'}: compare.json is not valid JSON" in md
+    assert f"| {results / 'bad'} | compare.json is not valid JSON" in md  # the list is a folder | why table
 
     # nothing reportable is still exit 0, and says so
     for name in ("good", "bad"):

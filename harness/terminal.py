@@ -1,0 +1,130 @@
+"""What the terminal shows at the end of a command, presentation only: a short rich summary (the headline, the
+delta table with coloured verdicts, the warnings, where the report is), never the whole report; and the
+`layerbench stacks` listing from each stack's typed options."""
+
+from __future__ import annotations
+
+import re
+import typing
+from pathlib import Path
+
+from rich.console import Console, Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from harness.compare import CompareSummary
+from harness.output import fmt
+from harness.plots import side_names
+from harness.report import decision, warnings
+from harness.summary_report import SummaryResult
+
+VERDICT_STYLE = {"overhead": "bold red", "gain": "bold green", "within noise": "dim", "no interval": "yellow",
+                 "missing": "yellow"}
+_BOLD = re.compile(r"\*\*(.+?)\*\*")
+
+
+def markup(text: str) -> Text:
+    """A report line for the terminal: Markdown's **bold** as bold, `code` as plain text."""
+    out = Text()
+    pos = 0
+    for m in _BOLD.finditer(text):
+        out.append(text[pos:m.start()].replace("`", ""))
+        out.append(m[1].replace("`", ""), style="bold")
+        pos = m.end()
+    out.append(text[pos:].replace("`", ""))
+    return out
+
+
+def delta_table(s: CompareSummary) -> Table:
+    b, st = side_names(s)
+    t = Table(title="throughput (output tok/s, mean of repeats)", title_justify="left", show_edge=False)
+    for col in ("level", b, st, "delta", "95% interval", "verdict", f"TTFT p95 ms {b} / {st}", "goodput"):
+        t.add_column(col, justify="left" if col in ("level", "verdict") else "right")
+    for lv in s.levels:
+        t.add_row(lv.level_text, fmt(lv.baseline_tok_s, "{:.0f}"), fmt(lv.stack_tok_s, "{:.0f}"),
+                  fmt(lv.delta_pct, "{:+.1f}%"), lv.ci.text() if lv.ci else "—",
+                  Text(lv.verdict, style=VERDICT_STYLE.get(lv.verdict, "")),
+                  f"{fmt(lv.baseline_ttft_p95_ms, '{:.0f}')} / {fmt(lv.stack_ttft_p95_ms, '{:.0f}')}",
+                  f"{_pct(lv.baseline_goodput)} / {_pct(lv.stack_goodput)}")
+    return t
+
+
+def _pct(v: float | None) -> str:
+    return "—" if v is None else f"{100 * v:.0f}%"
+
+
+def compare_summary(console: Console, s: CompareSummary, report: Path, results: Path, status: str) -> None:
+    head = [markup(line) for line in decision(s)]
+    warn = [markup("⚠ " + line) for line in warnings(s)]
+    console.print(Panel(Group(*head), title=f"{s.stack} vs {s.baseline_stack} — {s.run_id}", title_align="left",
+                        border_style="cyan"))
+    console.print(delta_table(s))
+    for line in warn:
+        line.stylize("yellow")
+        console.print(line)
+    console.print(f"report: {report} (+ {report.with_suffix('.html').name}: one file, plots inline); "
+                  f"results: {results} (status: {status})", highlight=False)
+
+
+def stacks_table() -> Table:
+    """Each registered stack with one line of description and its typed `--opt` options."""
+    from stacks.base import REGISTRY, get_stack
+
+    get_stack("vllm")  # importing the package registers every adapter
+    t = Table(title="stacks (--stack NAME, options with --opt KEY=VALUE)", title_justify="left")
+    t.add_column("stack", style="bold")
+    t.add_column("what it deploys")
+    t.add_column("option")
+    t.add_column("type")
+    t.add_column("default")
+    t.add_column("what it sets")
+    for kind in sorted(REGISTRY):
+        cls = REGISTRY[kind]
+        fields = cls.Options.model_fields
+        if not fields:
+            t.add_row(kind, cls.description, "—", "", "", "", end_section=True)
+            continue
+        for i, (name, f) in enumerate(fields.items()):
+            t.add_row(kind if i == 0 else "", cls.description if i == 0 else "", name, type_name(f.annotation),
+                      "(required)" if f.is_required() else repr(f.default), f.description or "",
+                      end_section=i == len(fields) - 1)
+    return t
+
+
+def type_name(annotation: object) -> str:
+    """`int | None` -> `int or none`, `Literal['a', 'b']` -> `a | b`."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return " | ".join(str(a) for a in typing.get_args(annotation))
+    if origin is not None and typing.get_args(annotation):
+        return " or ".join(type_name(a) for a in typing.get_args(annotation))
+    if annotation is type(None):
+        return "none"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def summary_lines(r: SummaryResult, results: str) -> list[RenderableType]:
+    """`make report` in the terminal: the latest compare per stack, what was skipped, where the files are."""
+    out: list[RenderableType] = []
+    if r.latest:
+        t = Table(title="latest complete compare per stack, profile and engine version", title_justify="left")
+        for col in ("stack", "profile", "vLLM", "delta at the highest level", "run"):
+            t.add_column(col, overflow="fold")
+        for a in r.latest:
+            # Text, not markup: a stack, profile or run name with [brackets] is shown as it is
+            t.add_row(*map(Text, (a.name, a.profile, a.engine_version or "?")),
+                      Text(a.delta_text(), style=VERDICT_STYLE.get(a.verdict, "")), Text(a.run_id))
+        out.append(t)
+    elif r.rows:
+        out.append(Text(f"no complete compare under {results} yet; every run is listed in {r.markdown}", "yellow"))
+    if r.problems:
+        out.append(Text(f"skipped or damaged ({len(r.problems)}):", "yellow"))
+        out += [Text(f"  {line}", "yellow") for line in r.problems]
+    if not r.rows:
+        out.append(Text(f"no run could be reported: every folder under {results} is damaged or not a run (listed "
+                        "above)" if r.problems else f"no runs under {results} yet", "yellow"))
+    out.append(Text(f"written ({len(r.rows)} runs" + (f", {len(r.problems)} folders skipped or flagged)"
+                                                      if r.problems else ")") + ":"))
+    out += [Text(f"  {path}") for path in (r.markdown, r.html, r.csv, *([r.chart] if r.chart else []))]
+    return out
