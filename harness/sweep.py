@@ -9,7 +9,14 @@ import os
 
 from pydantic import BaseModel
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from harness.client import RequestRecord
 from harness.errors import LayerbenchError
@@ -118,14 +125,20 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
     try:
         with scraper, sampler, Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[errors]}"),
             console=console,
         ) as progress:
+            # the whole side in one bar, with its ETA and the requests failed so far: a run going wrong shows early
+            planned = [(rep, c) for rep in range(n_repeats) for c in levels if (rep, c) not in skip]
+            total = sum(profile.requests_for(c) for _, c in planned)
+            overall = progress.add_task(f"{summary.label} {stack.kind} overall", errors="", total=total)
+            failed, finished = [0], [0]
             if scraper.pid:
                 labels[scraper.pid] = "scraper"
             dead = stack.dead if stack.cheap_liveness else None
             if summary.warmup_sweep:  # a compiled engine meets every batch shape before anything is measured
                 writer.write_meta(phase=f"{summary.label}: warmup sweep")
-                task = progress.add_task(f"{summary.label} {stack.kind} warmup sweep", total=len(levels))
+                task = progress.add_task(f"{summary.label} {stack.kind} warmup sweep", total=len(levels), errors="")
                 for c in levels:
                     where = f"the warmup sweep, {level_text(c, open_loop)}"
                     waves = max(1, profile.warmup_waves)
@@ -146,13 +159,18 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
                     n = profile.requests_for(c)
                     where = level_text(c, open_loop) + (f" rep {rep + 1}/{n_repeats}" if n_repeats > 1 else "")
                     writer.write_meta(phase=f"{summary.label}: {where}")
-                    task = progress.add_task(f"{summary.label} {stack.kind} {where}", total=n)
+                    task = progress.add_task(f"{summary.label} {stack.kind} {where}", total=n, errors="")
                     done = [0]
 
-                    def advance(_rec, t=task, done=done, n=n) -> None:
+                    def advance(rec: RequestRecord, t=task, done=done, n=n) -> None:
                         # a level may outrun its request count (min_duration_s): grow the bar instead of overflowing
                         done[0] += 1
                         progress.update(t, completed=done[0], total=max(done[0], n))
+                        if not rec.ok:
+                            failed[0] += 1
+                        finished[0] += 1
+                        progress.update(overall, completed=finished[0], total=max(total, finished[0]),
+                                        errors=f"[red]{failed[0]} failed[/]" if failed[0] else "0 failed")
 
                     scraper.level = c
                     if open_loop:
