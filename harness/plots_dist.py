@@ -167,8 +167,8 @@ def cpu_bars(cv: Canvas, levels: Sequence[LevelDelta], names: tuple[str, str],
     segments = [*major, *(["other"] if len(major) < len(procs) else [])]
     colors: dict[str, Any] = dict(zip(major, _process_colors(cv.plt, len(major)), strict=True))
     colors["other"] = "0.75"
-    legend_rows = math.ceil((len(segments) + 1) / 3)
-    with cv.figure(name, HEIGHT_IN + 0.2 * legend_rows) as (_, ax):
+    legend_rows = math.ceil((len(segments) + 1) / 2)
+    with cv.figure(name, HEIGHT_IN + 0.18 * legend_rows) as (_, ax):
         width = 0.38
         for i, (_, d) in enumerate(per):
             for side, x in (("baseline", i - width / 2 - 0.01), ("stack", i + width / 2 + 0.01)):
@@ -196,8 +196,13 @@ def cpu_bars(cv: Canvas, levels: Sequence[LevelDelta], names: tuple[str, str],
         by_label = dict(zip(labels, handles, strict=True))
         order = [k for k in (*segments, CLIENT) if k in by_label]
         if order:
-            ax.legend([by_label[k] for k in order], order, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3,
-                      frameon=False)
+            ax.legend([by_label[k] for k in order], [_short(k) for k in order], loc="upper center",
+                      bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False, fontsize=6.5)
+
+
+def _short(label: str, limit: int = 38) -> str:
+    """A process label that fits half the legend's width: its start (the deployment) and its end (the process)."""
+    return label if len(label) <= limit else label[:12] + "…" + label[-(limit - 13):]
 
 
 def _process_colors(plt: Any, n: int) -> list[Any]:

@@ -36,26 +36,32 @@ _STYLE = (
 )
 
 
+NOTES_TITLE = "How this was measured"
+
+
 def write_document(out_dir: Path, title: str, bullets: list[str], tables: list[Table], images: list[str],
-                   details: list[Table] | None = None, name: str = "report") -> Path:
+                   details: list[Table] | None = None, name: str = "report", notes: list[str] | None = None) -> Path:
     """<name>.md and <name>.html in out_dir (images are PNG files already in out_dir, named in order); returns
-    the .md's path. details: tables for the specialist, after the plots (folded away in HTML)."""
+    the .md's path. details: tables for the specialist, after the plots (folded away in HTML); notes: bullets on
+    how it was measured, which a reader needs less than the headline (after the plots, folded away in HTML)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    details = list(details or [])
+    details, notes = list(details or []), list(notes or [])
     md = [f"# {title}", "", *[f"- {b}" for b in bullets], ""]
     for t in tables:
         md += _md_table(t)
     if images:
         md += ["## Plots", "", *[f"![{_alt(i)}]({i})" for i in images], ""]
+    if notes:
+        md += [f"## {NOTES_TITLE}", "", *[f"- {b}" for b in notes], ""]
     for t in details:
         md += _md_table(t)
     (out_dir / f"{name}.md").write_text("\n".join(md))
-    (out_dir / f"{name}.html").write_text(html_document(out_dir, title, bullets, tables, images, details))
+    (out_dir / f"{name}.html").write_text(html_document(out_dir, title, bullets, tables, images, details, notes))
     return out_dir / f"{name}.md"
 
 
 def html_document(image_dir: Path, title: str, bullets: list[str], tables: list[Table], images: list[str],
-                  details: list[Table]) -> str:
+                  details: list[Table], notes: list[str] | None = None) -> str:
     h = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
          f"<meta name='viewport' content='width=device-width,initial-scale=1'><style>{_STYLE}</style></head><body>",
          f"<h1>{html.escape(title)}</h1>", "<ul class='headline'>", *[f"<li>{inline(b)}</li>" for b in bullets],
@@ -66,6 +72,9 @@ def html_document(image_dir: Path, title: str, bullets: list[str], tables: list[
         h.append("<h2>Plots</h2>")
         h += [f"<figure><img alt='{html.escape(_alt(i))}' src='{_data_uri(image_dir / i)}'>"
               f"<figcaption>{html.escape(_alt(i))}</figcaption></figure>" for i in images]
+    if notes:
+        h.append(f"<details><summary>{NOTES_TITLE}</summary><ul>" + "".join(f"<li>{inline(b)}</li>" for b in notes)
+                 + "</ul></details>")
     for t in details:
         h.append(f"<details><summary>{html.escape(t[0])}</summary>{_html_table(t, heading=False)}</details>")
     h.append("</body></html>")

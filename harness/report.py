@@ -116,8 +116,8 @@ def warnings(s: CompareSummary) -> list[str]:
               for lv in s.levels for x in lv.incomplete]
     for label, run in s.runs.items():
         if run.scrape_gaps:
-            lines.append(f"metric scrape gaps ({label}): {run.scrape_gaps} of {run.scrapes} scrapes failed: "
-                         + ", ".join(f"{k} {v}" for k, v in run.scrape_gap_reasons.items())
+            lines.append(f"metric scrape gaps ({label}): {run.scrape_gaps} of {run.scrapes} scrapes failed"
+                         + "".join(f", {k} {v}" for k, v in run.scrape_gap_reasons.items())
                          + (" (404: an endpoint without /metrics, see the audit's endpoint table)"
                             if "http 404" in run.scrape_gap_reasons else ""))
         if run.exposed_ports:
@@ -160,8 +160,8 @@ def write_report(s: CompareSummary, out_dir: Path, bullets: list[str] | None = N
     out_dir.mkdir(parents=True, exist_ok=True)
     images = plots(s, out_dir, ttfts)
     title = f"layerbench: {s.stack}{f' ({s.shape})' if s.shape else ''} vs {s.baseline_stack} — {s.run_id}"
-    headline = [*decision(s), *list(bullets or []), *warnings(s), *context(s)]
+    headline = [*decision(s), *list(bullets or []), *warnings(s)]
     path = write_document(out_dir, title, headline, [*decision_tables(s), *(extra or [])], images,
-                          [*detail_tables(s), *(details or [])])
+                          [*detail_tables(s), *(details or [])], notes=context(s))
     (out_dir / "summary.json").write_text(json.dumps(s.model_dump(exclude={"runs"}), indent=2, default=str))
     return path

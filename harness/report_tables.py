@@ -189,9 +189,9 @@ def split_table(s: CompareSummary) -> list[Table]:
             notes.append(f"{name} does not expose the engine's TTFT and E2E histograms (under `vllm:` or a name its "
                          "stack declares), so its share outside the engine cannot be told apart: the layer hides it.")
     if any(side is not None and side.count_off for r in rows_in for side in (r.baseline, r.stack)):
-        notes.append("Marked *: the engine's histograms counted a different number of requests in the window than "
-                     "the client measured (a metrics exporter that lags shifts the engine's window): that split is "
-                     "approximate.")
+        notes.append("Marked *: in some repeats the engine's histograms counted more than 10% more or fewer requests "
+                     "than the client measured (a metrics exporter that lags shifts the engine's window); those "
+                     "repeats are left out of the engine's mean (`lagging`: all of them were).")
     return [("Where the latency went (mean ms)", "Client: what the load client measured. Engine: the engine's own "
              "histograms (vllm:time_to_first_token_seconds, vllm:e2e_request_latency_seconds: sum/count over the "
              "measured window). Outside = client − engine: the network, the API server and any layer. On the "
@@ -207,8 +207,9 @@ def _split_row(r: LevelSplit, open_loop: bool) -> list[str]:
         if x is None:
             return "—"
         v = getattr(x, attr)
-        return "hidden" if v is None and attr.startswith("engine") else fmt(v) + ("*" if x.count_off and v is not None
-                                                                              and attr != "client_ttft_ms" else "")
+        if v is None and attr.startswith("engine"):
+            return "lagging" if x.count_off else "hidden"
+        return fmt(v) + ("*" if x.count_off and v is not None and not attr.startswith("client") else "")
 
     b, s = r.baseline, r.stack
     return [level_text(r.level, open_loop), side(b, "client_ttft_ms"), side(b, "engine_ttft_ms"),

@@ -40,6 +40,18 @@ def _mark_for(marks: list[CapacityMark], stack: str, profile: str, version: str 
                  and m.value > 0), None)
 
 
+def _clip(ax, deltas: list[float]) -> None:
+    """Two repeats give intervals of hundreds of percent; an axis sized to them flattens every delta to a line.
+    Below -100% nothing exists; above, the axis follows the deltas and a band that runs off it says so."""
+    lo, hi = ax.get_ylim()
+    top = max(50.0, 2.0 * max((abs(d) for d in deltas), default=0.0) + 20.0)
+    if hi > top:
+        ax.set_ylim(max(lo, -100.0), top)
+        ax.text(0.01, 0.98, "bands run off the top", transform=ax.transAxes, fontsize=7, va="top", color="0.4")
+    else:
+        ax.set_ylim(max(lo, -100.0), hi)
+
+
 def delta_chart(levels: pd.DataFrame, latest: pd.DataFrame, marks: list[CapacityMark], out: Path) -> Path | None:
     """levels: summary_report.level_figures; latest: summary_report.latest_compares. None when no latest compare
     has a delta to draw."""
@@ -82,6 +94,7 @@ def delta_chart(levels: pd.DataFrame, latest: pd.DataFrame, marks: list[Capacity
                 ax.axvline(m.value, color=line.get_color(), ls=":", lw=1.2,
                            label=f"{r.compared_stack} capacity {m.text}")
         ax.axhline(0, color="black", lw=0.8)
+        _clip(ax, [d for r, mine in lines if r.profile == profile for d in mine["delta_pct"].astype(float)])
         if open_loops == {False}:  # concurrencies double: a log2 axis spaces them evenly
             ax.set_xscale("log", base=2)
             ax.xaxis.set_major_formatter(ScalarFormatter())
