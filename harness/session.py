@@ -117,6 +117,7 @@ def baseline_then_stack(targets: list[tuple[str, Stack]], profile: LoadProfile, 
             with target:
                 out.runs[label] = deploy_and_measure(target, profile, writer, label, console, repeats, prior,
                                                      invocation, sweep)
+                out.runs[label].status = "complete"  # each side says how it ended (summary.csv's side_status)
                 out.live[label] = live_facts(target)
             refresh_logs(out.live[label], target)
         except ResumeRefused:
@@ -130,6 +131,7 @@ def baseline_then_stack(targets: list[tuple[str, Stack]], profile: LoadProfile, 
             partial = writer.dir / summary_file(label, target.kind)
             if label not in out.runs and partial.exists():  # died mid-run: keep what was measured
                 out.runs[label] = RunSummary.model_validate_json(partial.read_text())
+                out.runs[label].status = "failed" if label in out.failures else "interrupted"
             if after_side is not None:
                 after_side(out)
         if out.failures and not keep_going:
