@@ -50,7 +50,7 @@ def write_document(out_dir: Path, title: str, bullets: list[str], tables: list[T
     for t in tables:
         md += _md_table(t)
     if images:
-        md += ["## Plots", "", *[f"![{_alt(i)}]({i})" for i in images], ""]
+        md += ["## Plots", "", *[f"![{i}]({i})" for i in images], ""]  # the file name: what links and tests find
     if notes:
         md += [f"## {NOTES_TITLE}", "", *[f"- {b}" for b in notes], ""]
     for t in details:
