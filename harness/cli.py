@@ -114,7 +114,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     writer.write_json("compare.json", summary.model_dump())
     bullets, extra, details = _decision_extras(summary, stack, profile, cost)
     report = write_report(summary, Path(args.reports_dir) / run_id if args.reports_dir else REPORTS_DIR / run_id,
-                          bullets, extra, details, ttfts=ttft_samples(writer.dir))
+                          bullets, extra, details, ttfts=ttft_samples(writer.dir, summary.measured_repeats))
     writer.scrub(report.parent)
     compare_summary(console, summary, report, writer.dir, outcome.status)
     return outcome.exit_code(writer)

@@ -22,7 +22,7 @@ def cmd_render(args: argparse.Namespace) -> int:
         raise LayerbenchError(f"no run folder {run_dir} (run ids are the folder names under {args.results_dir})")
     summary = load_compare(run_dir)
     out = Path(args.out_dir) if args.out_dir else REPORTS_DIR / args.run_id
-    report = write_report(summary, out, ttfts=ttft_samples(run_dir))
+    report = write_report(summary, out, ttfts=ttft_samples(run_dir, summary.measured_repeats))
     compare_summary(console, summary, report, run_dir, summary.status)
     return 0
 

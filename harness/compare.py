@@ -93,11 +93,23 @@ class CompareSummary(BaseModel):
     host_cores: int = 0
     invocations: int = 1  # how many `compare` / `compare --resume` invocations measured it
     slo: SLO | None = None  # the profile's, which goodput and the report's capacity are judged by
+    renames: tuple[str, ...] | None = None  # the stack's Stack.metric_aliases(), for reading its scrapes again
 
     @property
     def open_loop(self) -> bool:
         """Its levels are offered request rates (an open-loop profile)."""
         return any(lv.rate is not None for lv in self.levels)
+
+    @property
+    def measured_repeats(self) -> set[tuple[str, float, int]]:
+        """(side, level, repeat) of every repeat that counts in the figures (not stopped early)."""
+        return {(label, lv.stats.level, lv.stats.repeat) for label, run in self.runs.items() for lv in run.levels
+                if lv.incomplete is None}
+
+    @property
+    def top(self) -> LevelDelta | None:
+        """The highest level with a delta: the one a headline quotes."""
+        return next((lv for lv in reversed(self.levels) if lv.delta_pct is not None), None)
 
 
 def latest_aa(results: Path, profile: str, exclude: str | None = None) -> AAReference | None:
@@ -248,6 +260,7 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
                                 f"invocation measured {run.engine_version}")
     summary = CompareSummary(
         run_id=writer.run_id, stack=stack.kind, baseline_stack=baseline.kind, in_request_path=stack.in_request_path,
+        renames=stack.metric_aliases(),
         shape=stack.shape(), published=stack.published(),
         profile=profile.name, repeats=repeats, versions=versions,
         version_match=versions["baseline"] == versions["stack"],

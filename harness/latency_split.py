@@ -56,7 +56,8 @@ def _minus(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
 
 
-def _mean(vals: list[float | None]) -> float | None:
+def mean_of(vals: list[float | None]) -> float | None:
+    """The mean of the values that were measured; None when none were."""
     got = [v for v in vals if v is not None]
     return float(np.mean(got)) if got else None
 
@@ -73,12 +74,14 @@ def side_split(levels: list[LevelSummary]) -> SideSplit | None:
     if not done:
         return None
     matched = [lv for lv in done if not _counted_off(lv)]
-    return SideSplit(client_ttft_ms=_mean([lv.stats.ttft_ms.mean for lv in done]),
-                     engine_ttft_ms=_mean([lv.server.engine_ttft_ms for lv in matched]),
-                     client_e2e_ms=_mean([lv.stats.e2e_ms.mean for lv in done]),
-                     engine_e2e_ms=_mean([lv.server.engine_e2e_ms for lv in matched]),
-                     client_requests=float(np.mean([lv.stats.succeeded for lv in done])),
-                     engine_requests=_mean([lv.server.engine_requests for lv in done]),
+    # client − engine pairs the same windows: the client's mean follows the engine's repeats when any matched
+    basis = matched or done
+    return SideSplit(client_ttft_ms=mean_of([lv.stats.ttft_ms.mean for lv in basis]),
+                     engine_ttft_ms=mean_of([lv.server.engine_ttft_ms for lv in matched]),
+                     client_e2e_ms=mean_of([lv.stats.e2e_ms.mean for lv in basis]),
+                     engine_e2e_ms=mean_of([lv.server.engine_e2e_ms for lv in matched]),
+                     client_requests=float(np.mean([lv.stats.succeeded for lv in basis])),
+                     engine_requests=mean_of([lv.server.engine_requests for lv in basis]),
                      count_off=len(matched) < len(done))
 
 
@@ -92,7 +95,18 @@ def split(runs: dict[str, RunSummary]) -> list[LevelSplit]:
     return out
 
 
+def _no_engine(s: SideSplit) -> bool:
+    return s.engine_ttft_ms is None and s.engine_e2e_ms is None
+
+
 def hidden(rows: list[LevelSplit], label: str) -> bool:
-    """True when that side measured levels but none of them exposed the engine's histograms."""
+    """True when that side measured levels but none of them exposed the engine's histograms (a side whose
+    histograms were there but counted other requests is lagging, not hidden)."""
     sides = [getattr(r, label) for r in rows if getattr(r, label) is not None]
-    return bool(sides) and all(s.engine_ttft_ms is None and s.engine_e2e_ms is None for s in sides)
+    return bool(sides) and all(_no_engine(s) and not s.count_off for s in sides)
+
+
+def lagging(rows: list[LevelSplit], label: str) -> bool:
+    """True when that side exposed the engine's histograms but every window counted other requests."""
+    sides = [getattr(r, label) for r in rows if getattr(r, label) is not None]
+    return bool(sides) and all(_no_engine(s) for s in sides) and any(s.count_off for s in sides)

@@ -1,5 +1,8 @@
-"""Reports, presentation only: reports/<run-id>/report.md + report.html + PNG plots from a compare's summary,
-and `make report`'s all-stacks table from every run under results/. Tables follow the seed study's shape."""
+"""The compare report, presentation only: reports/<run-id>/report.md + a self-contained report.html (plots
+inline) in the order an adopter decides by: the headline (delta with its interval, goodput, TTFT, capacity at the
+SLO, where the latency went), warnings, the decision tables, the plots, then the details (CPU, observability, the
+long metric and port lists) and how it was measured. The tables come from harness/report_tables.py; the terminal's
+short summary from harness/terminal.py."""
 
 from __future__ import annotations
 
@@ -8,17 +11,17 @@ from pathlib import Path
 
 from harness.audit import AuditResult
 from harness.compare import CompareSummary
-from harness.latency_split import hidden, split
-from harness.output import MINOR_CORES, fmt, health_warnings, markdown_table, scrape_policy_text
+from harness.latency_split import hidden, lagging, split
+from harness.output import MINOR_CORES, fmt, health_warnings, markdown_table, scrape_policy_text, share_pct
 from harness.plots import plots, side_names
 from harness.render import Table, write_document
 from harness.report_tables import (
-    _pct,
     audit_tables,
     capacities,
     capacity_text,
     decision_tables,
     detail_tables,
+    slo_text,
 )
 from harness.stats import level_text
 from harness.topology import cores_sentence
@@ -62,23 +65,26 @@ def _published(s: CompareSummary) -> list[str]:
 def decision(s: CompareSummary) -> list[str]:
     """The headline an adopter reads first: the delta at the highest level with its interval, goodput and TTFT,
     each side's capacity at the SLO, and what the layer added outside the engine."""
-    top = next((lv for lv in reversed(s.levels) if lv.delta_pct is not None), None)
+    top = s.top
     b, st = side_names(s)
     lines = []
     if top is not None:
         ci = f"95% interval {top.ci.text()}: " if top.ci else ""
         lines.append(f"**{s.stack}{f' ({s.shape})' if s.shape else ''}: {top.delta_pct:+.1f}% output tok/s at "
                      f"{top.level_text} against bare vLLM {s.versions.get('baseline', '?')} ({ci}{top.verdict})**; "
-                     f"goodput {_pct(top.stack_goodput)} vs {_pct(top.baseline_goodput)}; TTFT p95 "
+                     f"goodput {share_pct(top.stack_goodput)} vs {share_pct(top.baseline_goodput)}; TTFT p95 "
                      f"{fmt(top.stack_ttft_p95_ms, '{:.0f}')} vs {fmt(top.baseline_ttft_p95_ms, '{:.0f}')} ms")
         counts = {v: sum(lv.verdict == v for lv in s.levels) for v in ("overhead", "gain", "within noise")}
-        lines.append(f"over the {len(s.levels)} levels: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n))
+        if any(counts.values()):
+            lines.append(f"over the {len(s.levels)} levels: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+                         + ("" if sum(counts.values()) == len(s.levels) else
+                            f", {len(s.levels) - sum(counts.values())} without a verdict"))
     else:
         lines.append(f"**{s.stack}: no level measured on both sides** (status {s.status})")
     caps = capacities(s)
     if caps and s.slo is not None:
-        lines.append(f"capacity at TTFT p95 ≤ {s.slo.ttft_s * 1e3:g} ms among the measured levels: "
-                     + "; ".join(f"{name} {capacity_text(caps[label])}" for label, name in
+        lines.append(f"capacity at {slo_text(s)} among the measured levels: "
+                     + "; ".join(f"{name} {capacity_text(caps[label], s.runs[label].status)}" for label, name in
                                  (("stack", st), ("baseline", b)) if label in caps))
     lines += _where_it_went(s)
     return lines
@@ -91,6 +97,9 @@ def _where_it_went(s: CompareSummary) -> list[str]:
     if hidden(rows, "stack"):
         return [f"where the latency went: {s.stack} hides the engine's TTFT and E2E histograms, so the time it adds "
                 "outside the engine cannot be told apart from the engine's"]
+    if lagging(rows, "stack"):
+        return [f"where the latency went: the engine's histograms behind {s.stack} counted other requests than the "
+                "client in every window (their exporter lags), so the time outside the engine cannot be measured"]
     r = next((r for r in reversed(rows) if r.layer_ttft_ms is not None), None)
     if r is None or r.stack is None or r.baseline is None:
         return []
@@ -98,8 +107,8 @@ def _where_it_went(s: CompareSummary) -> list[str]:
             f"{fmt(r.layer_ttft_ms, '{:+.0f}')} ms to TTFT and {fmt(r.layer_e2e_ms, '{:+.0f}')} ms to E2E outside the "
             f"engine (client − engine: {fmt(r.stack.outside_ttft_ms, '{:.0f}')} ms behind {s.stack} vs "
             f"{fmt(r.baseline.outside_ttft_ms, '{:.0f}')} ms for the bare API server)"
-            + ("; approximate: the engine's histograms counted other requests than the client" if r.stack.count_off
-               else "")]
+            + ("; from the repeats whose engine histograms counted the client's requests (the others lagged)"
+               if r.stack.count_off else "")]
 
 
 def warnings(s: CompareSummary) -> list[str]:

@@ -8,21 +8,18 @@ from __future__ import annotations
 from harness.audit import AuditResult
 from harness.capacity import SLA, CapacityResult, of_levels
 from harness.compare import CompareSummary
-from harness.latency_split import LevelSplit, hidden, split
-from harness.output import MINOR_CORES, fmt
+from harness.latency_split import COUNT_TOLERANCE, LevelSplit, hidden, mean_of, split
+from harness.output import MINOR_CORES, fmt, share_pct
 from harness.plots import side_names
 from harness.render import Table
 from harness.stats import level_text
+from harness.vllm_metrics import HISTOGRAMS
 
 CPU_HOST_NOTE = (
     "On a CPU host the engine uses every core, so a layer's processes take their CPU from the engine and the "
     "measured cost is inflated; on a GPU host the engine's work runs on the accelerator and the layer does not "
     "compete with it for these cores. Read the CPU breakdown before generalising a CPU-host delta."
 )
-
-
-def _pct(v: float | None) -> str:
-    return "—" if v is None else f"{100 * v:.0f}%"
 
 
 def _level_head(s: CompareSummary) -> str:
@@ -62,8 +59,8 @@ def decision_tables(s: CompareSummary) -> list[Table]:
                     + (f" ({_slo_text(s)})." if s.slo else "."),
                     ["c", f"{b} TTFT p95 ms", f"{b} goodput", f"{b} good req/s", f"{st} TTFT p95 ms",
                      f"{st} goodput", f"{st} good req/s"],
-                    [[str(lv.concurrency), fmt(lv.baseline_ttft_p95_ms), _pct(lv.baseline_goodput),
-                      fmt(lv.baseline_good_rps, "{:.2f}"), fmt(lv.stack_ttft_p95_ms), _pct(lv.stack_goodput),
+                    [[str(lv.concurrency), fmt(lv.baseline_ttft_p95_ms), share_pct(lv.baseline_goodput),
+                      fmt(lv.baseline_good_rps, "{:.2f}"), fmt(lv.stack_ttft_p95_ms), share_pct(lv.stack_goodput),
                       fmt(lv.stack_good_rps, "{:.2f}")] for lv in s.levels]))
     out.append(latency_table(s))
     out += split_table(s)
@@ -116,11 +113,24 @@ def capacities(s: CompareSummary) -> dict[str, CapacityResult]:
     return {label: r for label, run in s.runs.items() if (r := of_levels(label, run.stack, run, sla)) is not None}
 
 
-def capacity_text(r: CapacityResult) -> str:
+def capacity_text(r: CapacityResult, status: str = "complete") -> str:
+    """status: how that side's run ended; a side that stopped early did not measure its higher levels."""
     unit, suffix = ("c=", "") if r.kind == "concurrency" else ("", " req/s")
     if r.value == 0:
         return "0 (no measured level held)"
-    return f"{unit}{r.value:g}{suffix}" if r.reached else f"≥ {unit}{r.value:g}{suffix} (every level held)"
+    if r.reached:
+        return f"{unit}{r.value:g}{suffix}"
+    if status == "complete":
+        return f"≥ {unit}{r.value:g}{suffix} (every level held)"
+    return f"≥ {unit}{r.value:g}{suffix} (every level it measured held; the run {status} before the rest)"
+
+
+def slo_text(s: CompareSummary) -> str:
+    """The bounds a capacity is judged by."""
+    if s.slo is None:
+        return ""
+    return f"TTFT p95 ≤ {s.slo.ttft_s * 1e3:g} ms" + (
+        f" and ITL p95 ≤ {s.slo.itl_p95_s * 1e3:g} ms" if s.slo.itl_p95_s else "")
 
 
 def capacity_table(s: CompareSummary) -> list[Table]:
@@ -128,15 +138,14 @@ def capacity_table(s: CompareSummary) -> list[Table]:
     if not caps or s.slo is None:
         return []
     names = dict(zip(("baseline", "stack"), side_names(s), strict=True))
-    rows = [[names.get(label, label), capacity_text(r),
+    rows = [[names.get(label, label), capacity_text(r, s.runs[label].status),
              "—" if r.broke_at is None else level_text(int(r.broke_at) if r.kind == "concurrency" else r.broke_at,
                                                      r.kind == "rate"),
              next(("; ".join(p.why) for p in r.probes if p.level == r.broke_at), "—"),
              r.how if r.broke_at is not None else "—", fmt(r.tok_s_at_capacity)]
             for label, r in caps.items()]
-    return [("Capacity at the SLO", f"The highest measured level at which TTFT p95 ≤ {s.slo.ttft_s * 1e3:g} ms"
-             + (f" and ITL p95 ≤ {s.slo.itl_p95_s * 1e3:g} ms" if s.slo.itl_p95_s else "")
-             + " held in every repeat with under 1% errors, among this compare's levels; `make capacity` bisects "
+    return [("Capacity at the SLO", f"The highest measured level at which {slo_text(s)} held in every repeat "
+             "with under 1% errors, among this compare's levels; `make capacity` bisects "
              "between levels for the exact figure.",
              ["deployment", "capacity", "broke at", "why", "how", "tok/s at capacity"], rows)]
 
@@ -155,12 +164,12 @@ def latency_table(s: CompareSummary) -> Table:
             cells = [level_text(c, s.open_loop), names[label]]
             for metric in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
                 for p in ("p50", "p90", "p99"):
-                    cells.append(fmt(_mean([getattr(getattr(x, metric), p) for x in here])))
+                    cells.append(fmt(mean_of([getattr(getattr(x, metric), p) for x in here])))
             errors: dict[str, int] = {}
             for x in here:
                 for k, v in x.errors.items():
                     errors[k] = errors.get(k, 0) + v
-            cells += [fmt(_mean([x.tokens_per_chunk for x in here]), "{:.2f}"),
+            cells += [fmt(mean_of([x.tokens_per_chunk for x in here]), "{:.2f}"),
                       ", ".join(f"{k} {v}" for k, v in sorted(errors.items())) or "none"]
             rows.append(cells)
     pcts = [f"{m} {p}" for m in ("TTFT", "ITL", "TPOT", "E2E") for p in ("p50", "p90", "p99")]
@@ -169,11 +178,6 @@ def latency_table(s: CompareSummary) -> Table:
             "streamed chunks; TPOT: (E2E − TTFT) / (output tokens − 1); tokens/chunk above 1 means the stream "
             "batches tokens (ITL then reads per chunk, not per token)."
             + (" Open loop: TTFT and E2E count from the scheduled send time." if s.open_loop else ""), header, rows)
-
-
-def _mean(vals: list[float | None]) -> float | None:
-    got = [v for v in vals if v is not None]
-    return sum(got) / len(got) if got else None
 
 
 def split_table(s: CompareSummary) -> list[Table]:
@@ -189,11 +193,11 @@ def split_table(s: CompareSummary) -> list[Table]:
             notes.append(f"{name} does not expose the engine's TTFT and E2E histograms (under `vllm:` or a name its "
                          "stack declares), so its share outside the engine cannot be told apart: the layer hides it.")
     if any(side is not None and side.count_off for r in rows_in for side in (r.baseline, r.stack)):
-        notes.append("Marked *: in some repeats the engine's histograms counted more than 10% more or fewer requests "
-                     "than the client measured (a metrics exporter that lags shifts the engine's window); those "
-                     "repeats are left out of the engine's mean (`lagging`: all of them were).")
+        notes.append(f"Marked *: in some repeats the engine's histograms counted more than {COUNT_TOLERANCE:.0%} more "
+                     "or fewer requests than the client measured (a metrics exporter that lags shifts the engine's "
+                     "window); those repeats are left out of both means (`lagging`: all of them were).")
     return [("Where the latency went (mean ms)", "Client: what the load client measured. Engine: the engine's own "
-             "histograms (vllm:time_to_first_token_seconds, vllm:e2e_request_latency_seconds: sum/count over the "
+             f"histograms ({', '.join(HISTOGRAMS.values())}: sum/count over the "
              "measured window). Outside = client − engine: the network, the API server and any layer. On the "
              f"baseline ({b}) it is the API server's share; the layer's share is the stack's outside less the "
              "baseline's." + (" " + " ".join(notes) if notes else ""),
@@ -228,8 +232,8 @@ def open_loop_latency_table(s: CompareSummary) -> tuple[str, str, list[str], lis
             ["rate (req/s)", "scheduled req/s", f"{b} sent req/s", f"{b} TTFT p95 ms", f"{b} E2E p95 ms",
              f"{b} goodput", f"{st} sent req/s", f"{st} TTFT p95 ms", f"{st} E2E p95 ms", f"{st} goodput"],
             [[_level(lv), fmt(lv.scheduled_rate), fmt(lv.baseline_achieved_rate), fmt(lv.baseline_ttft_p95_ms),
-              fmt(lv.baseline_e2e_p95_ms), _pct(lv.baseline_goodput), fmt(lv.stack_achieved_rate),
-              fmt(lv.stack_ttft_p95_ms), fmt(lv.stack_e2e_p95_ms), _pct(lv.stack_goodput)] for lv in s.levels])
+              fmt(lv.baseline_e2e_p95_ms), share_pct(lv.baseline_goodput), fmt(lv.stack_achieved_rate),
+              fmt(lv.stack_ttft_p95_ms), fmt(lv.stack_e2e_p95_ms), share_pct(lv.stack_goodput)] for lv in s.levels])
 
 
 def layer_table(s: CompareSummary) -> list[tuple[str, str, list[str], list[list[str]]]]:

@@ -4,7 +4,7 @@ report more, and how the committed example reports are kept current.
 
 Figures an older layerbench did not keep are recomputed from the stored raw data where it holds them: the
 engine's own TTFT/E2E per window from the scrapes (its histograms' _sum/_count), the SLO from the profile the
-run recorded."""
+run recorded. Figures the run stored are kept as they are."""
 
 from __future__ import annotations
 
@@ -41,7 +41,10 @@ def _recorded_slo(run_dir: Path) -> SLO | None:
 
 
 def renames_seen(s: CompareSummary) -> tuple[str, ...]:
-    """The prefixes the stack put in place of `vllm:`, as its audit found them under the stack's declaration."""
+    """The prefixes the stack put in place of `vllm:`: as the compare recorded its declaration, or, for a run
+    from before it was recorded, as its audit found them under that declaration."""
+    if s.renames is not None:
+        return s.renames
     if s.audit is None:
         return ()
     found = {fa.found_as.removesuffix(fa.name.removeprefix(ENGINE_PREFIX)) for fa in s.audit.families
@@ -49,22 +52,37 @@ def renames_seen(s: CompareSummary) -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
+def _windows(scrapes: list[dict], label: str) -> list[list[dict]]:
+    """One side's measured windows: each from its endpoints' start edge scrapes to their end ones, with any
+    interval polls between; polls outside a window (between levels) belong to none."""
+    windows: list[list[dict]] = []
+    open_: set[str] = set()  # endpoints whose window has started and not ended
+    for sc in scrapes:
+        if sc.get("label") != label:
+            continue
+        phase, where = sc.get("phase"), str(sc.get("endpoint"))
+        if phase == "start":
+            if not open_:
+                windows.append([])
+            open_.add(where)
+        if open_:
+            windows[-1].append(sc)
+        if phase == "end":
+            open_.discard(where)
+    return windows
+
+
 def _engine_latency_from_scrapes(s: CompareSummary, scrapes: list[dict]) -> None:
-    """Each side's windows are its start..end edge scrapes in order, one per measured level and repeat, the order
-    in which its summary lists them."""
+    """Each side's windows, in order, are its measured levels and repeats in the order its summary lists them.
+    Only a level whose engine figures were not stored is filled in."""
     renames = {"baseline": (), "stack": renames_seen(s)}
     for label, run in s.runs.items():
-        windows: list[list[dict]] = []
-        for sc in scrapes:
-            if sc.get("label") != label:
-                continue
-            if sc.get("phase") == "start" and (not windows or windows[-1][-1].get("phase") == "end"):
-                windows.append([])
-            if windows:
-                windows[-1].append(sc)
+        windows = _windows(scrapes, label)
         if len(windows) != len(run.levels):
             continue  # an interrupted or resumed run whose windows cannot be matched one to one: leave as stored
         for lv, window in zip(run.levels, windows, strict=True):
+            sv = lv.server
+            if sv.engine_ttft_ms is not None or sv.engine_e2e_ms is not None or sv.engine_requests is not None:
+                continue
             if window and window[0].get("level") == lv.stats.level:
-                lv.server.engine_ttft_ms, lv.server.engine_e2e_ms, lv.server.engine_requests = engine_latency(
-                    window, renames.get(label, ()))
+                sv.engine_ttft_ms, sv.engine_e2e_ms, sv.engine_requests = engine_latency(window, renames[label])

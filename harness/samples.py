@@ -12,11 +12,13 @@ from harness.client import RequestRecord
 from harness.stats import from_schedule
 
 
-def ttft_samples(run_dir: Path) -> dict[str, dict[float, list[float]]]:
+def ttft_samples(run_dir: Path, keep: set[tuple[str, float, int]] | None = None) -> dict[str, dict[float, list[float]]]:
     """label ("baseline" / "stack") -> level -> every measured successful request's TTFT in ms. The level key is
     LevelStats.level: the concurrency (int) in a closed loop, the offered rate in an open loop. Warmup requests,
     failed ones, lines without a label and unparsable lines are skipped. A repeat measured again by a later
-    `compare --resume` (its first try was left incomplete) counts only its latest invocation's requests."""
+    `compare --resume` (its first try was left incomplete) counts only its latest invocation's requests. keep:
+    the (label, level, repeat) that count (CompareSummary.measured_repeats), so a level stopped early is left out
+    here as it is from every other figure; None keeps all."""
     path = run_dir / "requests.jsonl"
     # (label, level, repeat) -> invocation -> TTFTs: the latest invocation is picked at the end
     found: dict[tuple[str, float, int], dict[int, list[float]]] = {}
@@ -30,7 +32,7 @@ def ttft_samples(run_dir: Path) -> dict[str, dict[float, list[float]]]:
                 got = _ttft(json.loads(line))
             except (ValueError, TypeError, AttributeError):  # a torn last line, or not a record at all
                 continue
-            if got is not None:
+            if got is not None and (keep is None or got[0] in keep):
                 key, invocation, ttft = got
                 found.setdefault(key, {}).setdefault(invocation, []).append(ttft)
     out: dict[str, dict[float, list[float]]] = {}

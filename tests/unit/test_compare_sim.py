@@ -72,6 +72,30 @@ def test_compare_reports_known_overhead_and_renamed_metrics(tmp_path, write_prof
         assert r.layer_ttft_ms == pytest.approx(40, abs=15), r
         assert not r.stack.count_off and r.stack.engine_requests == pytest.approx(r.stack.client_requests, rel=0.1)
     assert "## Where the latency went" in md
+    rerendered_from_stored_data(tmp_path / "results" / s.run_id, s, tmp_path / "again")
+
+
+def rerendered_from_stored_data(run_dir: Path, s: CompareSummary, out: Path) -> None:
+    """`layerbench render`: a run stored without the engine's figures gets them back from its scrapes, under the
+    stack's recorded renaming; a stored figure is kept; the report is written again."""
+    from harness.rerender import load_compare
+
+    live = {(label, i): lv.server.engine_ttft_ms for label, run in s.runs.items() for i, lv in enumerate(run.levels)}
+    assert s.renames and all(v is not None for v in live.values())
+    old = json.loads((run_dir / "compare.json").read_text())
+    old.pop("renames")  # as an older layerbench stored it
+    for run in old["runs"].values():
+        for lv in run["levels"]:
+            lv["server"].update(engine_ttft_ms=None, engine_e2e_ms=None, engine_requests=None)
+    old["runs"]["baseline"]["levels"][0]["server"]["engine_ttft_ms"] = 12345.0
+    (run_dir / "compare.json").write_text(json.dumps(old))
+    again = load_compare(run_dir)
+    got = {(label, i): lv.server.engine_ttft_ms for label, run in again.runs.items()
+           for i, lv in enumerate(run.levels)}
+    assert got.pop(("baseline", 0)) == 12345.0
+    assert got == pytest.approx({k: v for k, v in live.items() if k != ("baseline", 0)})
+    assert main(["render", s.run_id, "--results-dir", str(run_dir.parent), "--out-dir", str(out)]) == 0
+    assert "## Where the latency went" in (out / "report.md").read_text()
 
 
 @pytest.mark.slow  # seconds each; `make test` runs it, `make test-fast` stays under 2 min

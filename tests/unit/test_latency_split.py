@@ -83,3 +83,19 @@ def test_a_side_without_the_engines_histograms_is_hidden():
     assert rows[0].layer_ttft_ms is None  # nothing to subtract: the report says the layer hides it
     both = LevelSplit(level=4, baseline=shown, stack=side_split([level(180, 600, 40, (62, 455, 40))]))
     assert both.layer_ttft_ms == pytest.approx((180 - 62) - (100 - 60))
+
+
+def test_rerender_windows_run_from_start_to_end_and_skip_polls_between_levels():
+    from harness.rerender import _windows
+
+    def sc(label: str, phase: str | None, level: int, endpoint: str = "api") -> dict:
+        return {"label": label, "phase": phase, "level": level, "endpoint": endpoint}
+
+    scrapes = [sc("baseline", "start", 1), sc("baseline", "start", 1, "engine"), sc("baseline", None, 1),
+               sc("stack", "start", 1), sc("baseline", "end", 1), sc("baseline", "end", 1, "engine"),
+               sc("baseline", None, 1),  # an interval poll between two levels
+               sc("baseline", "start", 4), sc("baseline", "end", 4)]
+    windows = _windows(scrapes, "baseline")
+    assert [[(w["phase"], w["level"], w["endpoint"]) for w in win] for win in windows] == [
+        [("start", 1, "api"), ("start", 1, "engine"), (None, 1, "api"), ("end", 1, "api"), ("end", 1, "engine")],
+        [("start", 4, "api"), ("end", 4, "api")]]
