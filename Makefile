@@ -145,4 +145,4 @@ lint: client  ## ruff
 clean:  ## results/, generated reports/<run>/ and caches (not the committed examples)
 	rm -rf results .pytest_cache .ruff_cache
 	@# generated reports (reports/<run>/, summary.*, soak/); the committed examples and harness figures stay
-	find reports -mindepth 1 -maxdepth 1 ! -name examples ! -name harness ! -name README.md -exec rm -rf {} +
+	if [ -d reports ]; then find reports -mindepth 1 -maxdepth 1 ! -name examples ! -name harness ! -name README.md -exec rm -rf {} +; fi

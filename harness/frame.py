@@ -17,11 +17,11 @@ import pandas as pd
 
 from harness.catalog import RunEntry, read_results
 from harness.compare import CompareSummary, LevelDelta
+from harness.resume import SIDES
 from harness.server_metrics import ServerLevelMetrics
 from harness.stats import Dist
 from harness.sweep import LevelSummary, RunSummary
 
-SIDES = ("baseline", "stack")
 DISTS = ("ttft", "itl", "tpot", "e2e", "dispatch_delay")  # LevelStats.<name>_ms
 DIST_STATS = ("mean", "p50", "p90", "p95", "p99", "max")
 

@@ -13,6 +13,11 @@ from harness.topology import cores_sentence
 MINOR_CORES = 0.05  # a process under this many cores at every level is summed as 'other' (CPU table and plot)
 
 
+def share_pct(v: float | None) -> str:
+    """A share (0..1, e.g. goodput) as a whole percentage."""
+    return "—" if v is None else f"{100 * v:.0f}%"
+
+
 def fmt(v: float | None, pattern: str = "{:.1f}") -> str:
     return "—" if v is None else pattern.format(v)
 

@@ -18,13 +18,13 @@ import numpy as np
 
 from harness.compare import LevelDelta
 from harness.output import MINOR_CORES
+from harness.resume import SIDES
 
 DPI = 110
 WIDTH_IN = 5.0
 HEIGHT_IN = 3.3
 RC = {"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize": 7, "xtick.labelsize": 7,
       "ytick.labelsize": 7}
-SIDES = ("baseline", "stack")
 COLOR = {"baseline": "C0", "stack": "C1"}
 MARKER = {"baseline": "o", "stack": "s"}
 SLO_STYLE = {"color": "red", "lw": 1, "ls": "--"}

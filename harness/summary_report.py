@@ -18,7 +18,7 @@ from harness.audit import AuditResult
 from harness.capacity import CapacitySummary
 from harness.catalog import RunEntry, read_results
 from harness.frame import DELTA_COLUMNS, compare_frame
-from harness.output import fmt
+from harness.output import fmt, share_pct
 from harness.render import Table, write_document
 from harness.stats import level_text
 from harness.summary_plot import CapacityMark, delta_chart
@@ -26,7 +26,7 @@ from harness.summary_plot import CapacityMark, delta_chart
 # What identifies "the same question asked again": a newer compare of these replaces an older one.
 LATEST_KEY = ["compared_stack", "shape", "profile", "engine_version"]
 SIDE_FIGURES = ["throughput_tok_s", "ttft_p95_ms", "goodput"]
-SUMMARY_HEADER = ["stack", "in request path?", "engine version", "delta at highest level", "goodput", "TTFT p95 ms",
+SUMMARY_HEADER = ["stack", "request path", "engine version", "delta at highest level", "goodput", "TTFT p95 ms",
                   "vllm:* families visible", "run", "status"]
 LEVEL_HEADER = ["profile", "vLLM", "level", "baseline tok/s", "stack tok/s", "delta", "95% interval", "verdict",
                 "TTFT p95 ms baseline", "TTFT p95 ms stack", "goodput baseline", "goodput stack"]
@@ -69,10 +69,6 @@ class SummaryResult(BaseModel):
     windows: int  # rows of the CSV
 
 
-def _pct(v: float | None) -> str:
-    return "—" if v is None else f"{100 * v:.0f}%"
-
-
 def _visible(a: AuditResult | None) -> str:
     if not a or not a.families:
         return "—"
@@ -94,15 +90,15 @@ def all_stacks_rows(entries: list[RunEntry]) -> list[list[str]]:
     rows = []
     for e in entries:
         if s := e.compare:
-            top = next((lv for lv in reversed(s.levels) if lv.delta_pct is not None), None)
-            rows.append([s.stack, "yes" if s.in_request_path else "no",
+            top = s.top
+            rows.append([s.stack, "in it" if s.in_request_path else "not in it",
                          s.versions.get("stack", "—") + ("" if s.version_match else " (≠ baseline)"),
                          f"{top.delta_pct:+.1f}% at {top.level_text} ({top.verdict})" if top else "—",
-                         _pct(top.stack_goodput) if top else "—", fmt(top.stack_ttft_p95_ms) if top else "—",
+                         share_pct(top.stack_goodput) if top else "—", fmt(top.stack_ttft_p95_ms) if top else "—",
                          _visible(s.audit), e.run_id, _status_cell(e)])
         elif d := e.summary:
             rows.append([d.stack, "—", d.engine_version or "—", "— (single run)",
-                         _pct(d.last.goodput) if d.last else "—", fmt(d.last.ttft_p95_ms) if d.last else "—", "—",
+                         share_pct(d.last.goodput) if d.last else "—", fmt(d.last.ttft_p95_ms) if d.last else "—", "—",
                          e.run_id, _status_cell(e)])
         else:
             kind = {"compare": "compare", "run": "single run", "audit": "audit", "capacity": "capacity"}.get(

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.compare import CompareSummary
-from harness.output import fmt
+from harness.output import fmt, share_pct
 from harness.plots import side_names
 from harness.report import decision, warnings
 from harness.summary_report import SummaryResult
@@ -46,12 +46,8 @@ def delta_table(s: CompareSummary) -> Table:
                   fmt(lv.delta_pct, "{:+.1f}%"), lv.ci.text() if lv.ci else "—",
                   Text(lv.verdict, style=VERDICT_STYLE.get(lv.verdict, "")),
                   f"{fmt(lv.baseline_ttft_p95_ms, '{:.0f}')} / {fmt(lv.stack_ttft_p95_ms, '{:.0f}')}",
-                  f"{_pct(lv.baseline_goodput)} / {_pct(lv.stack_goodput)}")
+                  f"{share_pct(lv.baseline_goodput)} / {share_pct(lv.stack_goodput)}")
     return t
-
-
-def _pct(v: float | None) -> str:
-    return "—" if v is None else f"{100 * v:.0f}%"
 
 
 def compare_summary(console: Console, s: CompareSummary, report: Path, results: Path, status: str) -> None:

@@ -8,14 +8,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from harness.cost import Price, usd
-from harness.output import fmt
+from harness.output import fmt, share_pct
 from harness.render import Table, write_document
 from harness.report_tables import cpu_rows
 from harness.variants import SweepSummary
-
-
-def _pct(v: float | None) -> str:
-    return "—" if v is None else f"{100 * v:.0f}%"
 
 
 def delta_table(s: SweepSummary, price: Price | None) -> Table:
@@ -33,8 +29,8 @@ def delta_table(s: SweepSummary, price: Price | None) -> Table:
         for lv in p.levels:
             rows.append([p.value, lv.level_text, fmt(lv.baseline_tok_s, "{:.0f}"), fmt(lv.stack_tok_s, "{:.0f}"),
                          fmt(lv.delta_pct, "{:+.1f}%"), lv.ci.text() if lv.ci else "—", lv.verdict,
-                         fmt(lv.baseline_ttft_p95_ms), fmt(lv.stack_ttft_p95_ms), _pct(lv.baseline_goodput),
-                         _pct(lv.stack_goodput)] + ([usd(price.usd_per_mtok(lv.stack_tok_s))] if price else []))
+                         fmt(lv.baseline_ttft_p95_ms), fmt(lv.stack_ttft_p95_ms), share_pct(lv.baseline_goodput),
+                         share_pct(lv.stack_goodput)] + ([usd(price.usd_per_mtok(lv.stack_tok_s))] if price else []))
     what = ("each value deployed on the bare engine and behind the layer" if s.kind == "setting"
             else "the layer in each shape against one bare-engine baseline")
     return (f"The layer against the bare engine, by {s.key}", f"{what}; mean of {s.repeats} repeat(s); a delta is an "
