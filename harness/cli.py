@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 from harness.cliutil import console, err_console, parse_options, recorded, settings_for
-from harness.cost import Price, price
+from harness.cost import price
 from harness.errors import LayerbenchError
-from harness.profile import LoadProfile, load_profile
+from harness.profile import load_profile
 from harness.prompts import new_run_id
 from harness.results import RESULTS_DIR, RunWriter
 from harness.targets import add_target_arguments, check_target, run_target
@@ -112,24 +112,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     summary.aa = latest_aa(results, profile.name, exclude=run_id)
     summary.observer_effect = observer_effect(profile.scrape)
     writer.write_json("compare.json", summary.model_dump())
-    bullets, extra, details = _decision_extras(summary, stack, profile, cost)
+    from harness.compare_extras import decision_extras
+
+    model = stack.settings.model_path if stack.loads_model else None
+    bullets, extra, details = decision_extras(summary, profile.engine, model, cost)
     report = write_report(summary, Path(args.reports_dir) / run_id if args.reports_dir else REPORTS_DIR / run_id,
                           bullets, extra, details, ttfts=ttft_samples(writer.dir, summary.measured_repeats))
     writer.scrub(report.parent)
     compare_summary(console, summary, report, writer.dir, outcome.status)
     return outcome.exit_code(writer)
-
-
-def _decision_extras(summary, stack, profile: LoadProfile, cost: Price | None) -> tuple[list[str], list, list]:
-    """The compare report's cost (with a GPU price: a decision table) and KV-cache arithmetic (for a stack that
-    loads the model: a detail table)."""
-    from harness.compare_extras import cost_bullet, cost_table
-    from harness.kv_report import kv_tables
-
-    bullets, tables = ([cost_bullet(summary, cost)], [cost_table(summary, cost)]) if cost else ([], [])
-    details = kv_tables([(label, profile.engine, applied) for label, applied in summary.applied.items()],
-                        stack.settings.model_path) if stack.loads_model else []
-    return bullets, tables, details
 
 
 def cmd_audit(args: argparse.Namespace) -> int:

@@ -4,9 +4,12 @@ deployment loads a model whose config.json can be read."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from harness.compare import CompareSummary
 from harness.cost import Price, usd
 from harness.output import fmt
+from harness.profile import EngineSettings
 from harness.render import Table
 
 
@@ -30,3 +33,15 @@ def cost_table(s: CompareSummary, price: Price) -> Table:
             "throughput: hourly price ÷ (tok/s × 3600) × 10⁶. The layer's cost in money is the last column.",
             ["level", f"{s.baseline_stack} tok/s", f"{s.baseline_stack} $ / M tok", f"{s.stack} tok/s",
              f"{s.stack} $ / M tok", "stack pays"], rows)
+
+
+def decision_extras(s: CompareSummary, engine: EngineSettings, model_path: Path | None, cost: Price | None
+                    ) -> tuple[list[str], list[Table], list[Table]]:
+    """The compare report's cost (with a GPU price: a headline bullet and a decision table) and KV-cache
+    arithmetic (model_path: where the stack loads the model from; None for one that loads none: a detail table)."""
+    from harness.kv_report import kv_tables
+
+    bullets, tables = ([cost_bullet(s, cost)], [cost_table(s, cost)]) if cost else ([], [])
+    details = kv_tables([(label, engine, applied) for label, applied in s.applied.items()], model_path) \
+        if model_path is not None else []
+    return bullets, tables, details

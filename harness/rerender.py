@@ -13,7 +13,7 @@ from pathlib import Path
 
 from harness.compare import CompareSummary
 from harness.errors import LayerbenchError
-from harness.profile import SLO
+from harness.profile import SLO, LoadProfile
 from harness.results import read_jsonl
 from harness.server_metrics import engine_latency
 from harness.vllm_metrics import ENGINE_PREFIX
@@ -31,6 +31,14 @@ def load_compare(run_dir: Path) -> CompareSummary:
         s.slo = _recorded_slo(run_dir)
     _engine_latency_from_scrapes(s, read_jsonl(run_dir / "scrapes.jsonl"))
     return s
+
+
+def recorded_profile(run_dir: Path) -> LoadProfile | None:
+    """The profile the run recorded in run.json; None when it is missing or this layerbench cannot read it."""
+    try:
+        return LoadProfile.model_validate(json.loads((run_dir / "run.json").read_text())["profile"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _recorded_slo(run_dir: Path) -> SLO | None:

@@ -94,8 +94,10 @@ def rerendered_from_stored_data(run_dir: Path, s: CompareSummary, out: Path) -> 
            for i, lv in enumerate(run.levels)}
     assert got.pop(("baseline", 0)) == 12345.0
     assert got == pytest.approx({k: v for k, v in live.items() if k != ("baseline", 0)})
-    assert main(["render", s.run_id, "--results-dir", str(run_dir.parent), "--out-dir", str(out)]) == 0
-    assert "## Where the latency went" in (out / "report.md").read_text()
+    assert main(["render", s.run_id, "--results-dir", str(run_dir.parent), "--out-dir", str(out),
+                 "--gpu-hourly-usd", "2.29"]) == 0
+    md = (out / "report.md").read_text()
+    assert "## Where the latency went" in md and "cost at $2.29 per GPU-hour" in md
 
 
 @pytest.mark.slow  # seconds each; `make test` runs it, `make test-fast` stays under 2 min
