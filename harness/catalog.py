@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from harness.audit import AuditResult
 from harness.compare import CompareSummary
+from harness.rerender import fill_from_stored
 from harness.results import held_by_another
 
 M = TypeVar("M", bound=BaseModel)
@@ -175,6 +176,8 @@ def read_run(run_dir: Path) -> tuple[RunEntry | None, list[str]]:
     if name and (run_dir / name).exists():
         if command == "compare":
             entry.compare, why = _load(run_dir / name, CompareSummary)
+            if entry.compare is not None:
+                fill_from_stored(entry.compare, run_dir)
         elif command == "run":
             entry.summary, why = _load(run_dir / name, SingleSummary, SingleSummary.from_summary)
         else:

@@ -27,10 +27,20 @@ def load_compare(run_dir: Path) -> CompareSummary:
         s = CompareSummary.model_validate_json(path.read_text())
     except ValueError as e:
         raise LayerbenchError(f"{path} cannot be read by this layerbench: {str(e).splitlines()[0]}") from None
+    fill_from_stored(s, run_dir)
+    return s
+
+
+def fill_from_stored(s: CompareSummary, run_dir: Path) -> None:
+    """What an older layerbench did not keep in compare.json, from the rest of the run folder: the SLO, how each
+    side ended, the engine's own TTFT/E2E per window (the scrapes are read only when some window lacks them)."""
     if s.slo is None:
         s.slo = _recorded_slo(run_dir)
-    _engine_latency_from_scrapes(s, read_jsonl(run_dir / "scrapes.jsonl"))
-    return s
+    for label, run in s.runs.items():
+        if run.status == "running" and s.status != "running":
+            run.status = "failed" if label in s.failures else s.status
+    if any(lv.server.engine_requests is None for run in s.runs.values() for lv in run.levels):
+        _engine_latency_from_scrapes(s, read_jsonl(run_dir / "scrapes.jsonl"))
 
 
 def recorded_profile(run_dir: Path) -> LoadProfile | None:
