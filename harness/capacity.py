@@ -308,6 +308,7 @@ class CapacitySummary(BaseModel):
 
     run_id: str
     stack: str
+    shape: str | None = None  # which form of the stack (Stack.shape()), as a compare names it
     profile: str
     status: str = "running"
     sla: SLA

@@ -48,7 +48,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
         "options": dict(stack.settings.options)})
     console.print(f"capacity [bold]{run_id}[/]: {args.stack}" + (" and its baseline" if args.baseline else "")
                   + f" at {sla.text()} → {writer.dir}")
-    summary = CapacitySummary(run_id=run_id, stack=args.stack, profile=profile.name, sla=sla,
+    summary = CapacitySummary(run_id=run_id, stack=args.stack, shape=stack.shape(), profile=profile.name, sla=sla,
                               scrape_policy=profile.scrape, gauges_polled_apart=gauge_profile(profile) is not None)
 
     def keep(r) -> None:

@@ -6,7 +6,7 @@ the plots. Markdown and HTML render the same rows."""
 from __future__ import annotations
 
 from harness.audit import AuditResult
-from harness.capacity import SLA, CapacityResult, of_levels
+from harness.capacity import MAX_ERROR_SHARE, SLA, CapacityResult, of_levels
 from harness.compare import CompareSummary
 from harness.latency_split import COUNT_TOLERANCE, LevelSplit, hidden, mean_of, split
 from harness.output import MINOR_CORES, fmt, share_pct
@@ -138,14 +138,21 @@ def capacity_table(s: CompareSummary) -> list[Table]:
     if not caps or s.slo is None:
         return []
     names = dict(zip(("baseline", "stack"), side_names(s), strict=True))
+
+    def how(r: CapacityResult) -> str:
+        if r.broke_at is None:
+            return "—"
+        # queueing vs a slower engine is told from the engine's gauges under load: edge scrapes see them idle
+        return r.how if s.scrape_policy == "interval" else "— (gauges not polled in the window)"
+
     rows = [[names.get(label, label), capacity_text(r, s.runs[label].status),
              "—" if r.broke_at is None else level_text(int(r.broke_at) if r.kind == "concurrency" else r.broke_at,
                                                      r.kind == "rate"),
              next(("; ".join(p.why) for p in r.probes if p.level == r.broke_at), "—"),
-             r.how if r.broke_at is not None else "—", fmt(r.tok_s_at_capacity)]
+             how(r), fmt(r.tok_s_at_capacity)]
             for label, r in caps.items()]
     return [("Capacity at the SLO", f"The highest measured level at which {slo_text(s)} held in every repeat "
-             "with under 1% errors, among this compare's levels; `make capacity` bisects "
+             f"with under {MAX_ERROR_SHARE:.0%} errors, among this compare's levels; `make capacity` bisects "
              "between levels for the exact figure.",
              ["deployment", "capacity", "broke at", "why", "how", "tok/s at capacity"], rows)]
 

@@ -20,6 +20,7 @@ class CapacityMark(BaseModel):
     """A stack's capacity at its SLA (harness/capacity.py), as the summary marks it."""
 
     stack: str
+    shape: str | None = None
     profile: str
     engine_version: str | None = None
     run_id: str
@@ -33,11 +34,12 @@ class CapacityMark(BaseModel):
         return ("≥ " if not self.reached else "") + at
 
 
-def _mark_for(marks: list[CapacityMark], stack: str, profile: str, version: str | None,
-              open_loop: bool) -> CapacityMark | None:
+def mark_for(marks: list[CapacityMark], stack: str, shape: str | None, profile: str, version: str | None,
+             open_loop: bool) -> CapacityMark | None:
+    """The capacity run measured on the same stack in the same shape, profile, engine version and load kind."""
     want = "rate" if open_loop else "concurrency"
-    return next((m for m in marks if (m.stack, m.profile, m.engine_version, m.kind) == (stack, profile, version, want)
-                 and m.value > 0), None)
+    return next((m for m in marks if (m.stack, m.shape, m.profile, m.engine_version, m.kind)
+                 == (stack, shape, profile, version, want) and m.value > 0), None)
 
 
 def _clip(ax, deltas: list[float]) -> None:
@@ -90,7 +92,8 @@ def delta_chart(levels: pd.DataFrame, latest: pd.DataFrame, marks: list[Capacity
             yerr = [np.clip(y - lo, 0, None), np.clip(hi - y, 0, None)]  # matplotlib refuses negative lengths
             ax.errorbar(x, y, yerr=yerr, fmt="none", ecolor=line.get_color(), alpha=0.6, capsize=3)
             ticks |= set(x)
-            if m := _mark_for(marks, r.compared_stack, profile, version, open_loop):
+            if m := mark_for(marks, r.compared_stack, None if pd.isna(r.shape) else r.shape, profile, version,
+                             open_loop):
                 ax.axvline(m.value, color=line.get_color(), ls=":", lw=1.2,
                            label=f"{r.compared_stack} capacity {m.text}")
         ax.axhline(0, color="black", lw=0.8)

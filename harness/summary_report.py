@@ -21,7 +21,7 @@ from harness.frame import DELTA_COLUMNS, compare_frame
 from harness.output import fmt, share_pct
 from harness.render import Table, write_document
 from harness.stats import level_text
-from harness.summary_plot import CapacityMark, delta_chart
+from harness.summary_plot import CapacityMark, delta_chart, mark_for
 
 # What identifies "the same question asked again": a newer compare of these replaces an older one.
 LATEST_KEY = ["compared_stack", "shape", "profile", "engine_version"]
@@ -146,8 +146,8 @@ def latest_answers(latest: pd.DataFrame, levels: pd.DataFrame, marks: list[Capac
     for r in latest.itertuples(index=False):
         mine = levels[(levels["run_id"] == r.run_id) & levels["delta_pct"].notna()].sort_values("level")
         top = mine.iloc[-1] if len(mine) else None
-        cap = next((m for m in marks if (m.stack, m.profile, m.engine_version)
-                    == (r.compared_stack, r.profile, _none(r.engine_version))), None)
+        cap = mark_for(marks, r.compared_stack, _none(r.shape), r.profile, _none(r.engine_version),
+                       top is not None and bool(top["open_loop"]))
         out.append(LatestCompare(
             stack=r.compared_stack, shape=_none(r.shape), profile=r.profile, engine_version=_none(r.engine_version),
             run_id=r.run_id, level_text=None if top is None else _level_text(top["level"], bool(top["open_loop"])),
@@ -186,7 +186,7 @@ def stack_tables(answers: list[LatestCompare], levels: pd.DataFrame) -> list[Tab
 def capacity_marks(results: Path, entries: list[RunEntry]) -> tuple[list[CapacityMark], list[str]]:
     """The latest complete capacity run per (stack, profile, engine version), and a line per capacity folder
     whose summary.json cannot be read as one (the catalog lists it as a run, without this reading)."""
-    found: dict[tuple[str, str, str | None], CapacityMark] = {}
+    found: dict[tuple[str, str | None, str, str | None], CapacityMark] = {}
     problems = []
     for e in sorted((e for e in entries if e.command == "capacity" and e.status.startswith("complete")),
                     key=lambda e: e.run_id):
@@ -198,9 +198,9 @@ def capacity_marks(results: Path, entries: list[RunEntry]) -> tuple[list[Capacit
             continue
         if s.capacity is not None:
             version = s.versions.get("stack")
-            found[(s.stack, s.profile, version)] = CapacityMark(
-                stack=s.stack, profile=s.profile, engine_version=version, run_id=e.run_id, kind=s.capacity.kind,
-                value=s.capacity.value, reached=s.capacity.reached)
+            found[(s.stack, s.shape, s.profile, version)] = CapacityMark(
+                stack=s.stack, shape=s.shape, profile=s.profile, engine_version=version, run_id=e.run_id,
+                kind=s.capacity.kind, value=s.capacity.value, reached=s.capacity.reached)
     return list(found.values()), problems
 
 

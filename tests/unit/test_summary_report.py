@@ -80,9 +80,11 @@ def write_compare(results: Path, spec: tuple) -> None:
     (d / "requests.jsonl").write_text('{"ok": true}\n')
 
 
-def write_capacity(results: Path, run_id: str, stack: str, profile: str, version: str, value: int) -> None:
+def write_capacity(results: Path, run_id: str, stack: str, profile: str, version: str, value: int,
+                   shape: str | None = None) -> None:
     sla = SLA(ttft_p95_s=1.0)
-    s = CapacitySummary(run_id=run_id, stack=stack, profile=profile, status="complete", sla=sla, scrape_policy="x",
+    s = CapacitySummary(run_id=run_id, stack=stack, shape=shape, profile=profile, status="complete", sla=sla,
+                        scrape_policy="x",
                         versions={"stack": version},
                         capacity=CapacityResult(label="stack", stack=stack, kind="concurrency", sla=sla,
                                                 max_concurrency=value))
@@ -99,6 +101,8 @@ def results(tmp_path: Path) -> Path:
     for spec in COMPARES:
         write_compare(results, spec)
     write_capacity(results, "20260103-000000-capacity-ray-121212", "ray", "quick", "0.8.5", 3)
+    # another shape of the same stack: not the compared one, so it marks nothing
+    write_capacity(results, "20260103-000001-capacity-ray-343434", "ray", "quick", "0.9.0", 7, "2 ingress replicas")
     cut = results / "20260104-000000-compare-ray-cut000"
     write_compare(results, (cut.name, *QUICK_NEW[1:]))
     text = (cut / "compare.json").read_text()
@@ -163,7 +167,7 @@ def test_documents_name_every_stack_inline_the_chart_and_list_damage(results, tm
     assert ray[("quick", "0.9.0")].delta_pct == pytest.approx(-75)
     assert ray[("default", "0.8.5")].level_text == "c=8"
     assert ray[("quick", "0.8.5")].capacity == "c=3" and "capacity c=3" in md  # same stack, profile and version
-    assert ray[("quick", "0.9.0")].capacity is None
+    assert ray[("quick", "0.9.0")].capacity is None  # its only capacity run measured another shape
     kserve = next(a for a in r.latest if a.stack == "kserve")
     assert kserve.level_text == "8 req/s" and kserve.delta_pct == pytest.approx(-10)
     # self-contained: the chart travels inside the page
@@ -184,7 +188,7 @@ def test_report_command(results, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "latest complete compare" in printed and QUICK_NEW[0] in printed and QUICK_OLD[0] not in printed
     assert "-1.0% at c=4" in printed
-    assert "skipped or damaged (2):" in printed and "(9 runs, 2 folders skipped or flagged):" in printed
+    assert "skipped or damaged (2):" in printed and "(10 runs, 2 folders skipped or flagged):" in printed
     for name in ("summary.md", "summary.html", "summary.csv", "summary-delta.png"):
         assert (out / name).is_file() and f"  {out / name}\n" in printed
 
