@@ -65,6 +65,11 @@ class AuditResult(BaseModel):
     notes: list[str]
     layer_families: dict[str, list[str]] = {}  # stack endpoint -> families the baseline does not have (nv_*, ray_*)
 
+    @property
+    def kept(self) -> int:
+        """How many of the baseline's vllm:* families are still visible behind the layer (by name or renamed)."""
+        return sum(fa.status != "lost" for fa in self.families)
+
 
 def _families(scrapes: list[dict]) -> set[str]:
     return {f for s in scrapes if s["ok"] for f in s["families"] if not f.endswith("_created")}

@@ -101,6 +101,11 @@ class CompareSummary(BaseModel):
         return any(lv.rate is not None for lv in self.levels)
 
     @property
+    def is_aa(self) -> bool:
+        """The same stack on both sides (bare vLLM against bare vLLM): differences are this host's noise."""
+        return self.stack == self.baseline_stack
+
+    @property
     def measured_repeats(self) -> set[tuple[str, float, int]]:
         """(side, level, repeat) of every repeat that counts in the figures (not stopped early)."""
         return {(label, lv.stats.level, lv.stats.repeat) for label, run in self.runs.items() for lv in run.levels

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from rich.table import Table
 
 from harness.cost import Price, usd
@@ -11,6 +13,11 @@ from harness.sweep import RunSummary
 from harness.topology import cores_sentence
 
 MINOR_CORES = 0.05  # a process under this many cores at every level is summed as 'other' (CPU table and plot)
+
+
+def major_processes(per_level: Iterable[dict[str, float]]) -> set[str]:
+    """The processes that used MINOR_CORES or more at some level (the others are summed as 'other')."""
+    return {k for cores in per_level for k, v in cores.items() if (v or 0.0) >= MINOR_CORES}
 
 
 def share_pct(v: float | None) -> str:

@@ -37,7 +37,7 @@ GOODPUT_YLIM = (-3.0, 103.0)  # % of sent requests; a little room so points at 0
 
 def side_names(s: CompareSummary) -> tuple[str, str]:
     """Column names; an A/A compare has the same stack on both sides."""
-    if s.baseline_stack == s.stack:
+    if s.is_aa:
         return f"{s.baseline_stack} (A)", f"{s.stack} (B)"
     return s.baseline_stack, s.stack
 

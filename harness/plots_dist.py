@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from harness.compare import LevelDelta
-from harness.output import MINOR_CORES
+from harness.output import major_processes
 from harness.resume import SIDES
 
 DPI = 110
@@ -160,7 +160,8 @@ def cpu_bars(cv: Canvas, levels: Sequence[LevelDelta], names: tuple[str, str],
         for cores in d.values():
             for k, v in cores.items():
                 procs[k] = max(procs.get(k, 0.0), v or 0.0)
-    major = sorted((k for k, v in procs.items() if v >= MINOR_CORES), key=lambda k: -procs[k])  # biggest at bottom
+    # biggest at the bottom
+    major = sorted(major_processes(d[side] for _, d in per for side in SIDES), key=lambda k: -procs[k])
     client = {(i, side): getattr(lv, f"{side}_client_cores") or 0.0 for i, (lv, _) in enumerate(per) for side in SIDES}
     if not procs and not any(client.values()):
         return

@@ -12,7 +12,7 @@ from pathlib import Path
 from harness.audit import AuditResult
 from harness.compare import CompareSummary
 from harness.latency_split import hidden, lagging, split
-from harness.output import MINOR_CORES, fmt, health_warnings, markdown_table, scrape_policy_text, share_pct
+from harness.output import fmt, health_warnings, major_processes, markdown_table, scrape_policy_text, share_pct
 from harness.plots import plots, side_names
 from harness.render import Table, write_document
 from harness.report_tables import (
@@ -41,8 +41,7 @@ def audit_markdown(a: AuditResult, heading: str | None = None) -> list[str]:
 
 def audit_gist(a: AuditResult, shape: str | None = None) -> list[str]:
     """The audit in a few lines for the terminal: what survived, what was lost, what listens beyond loopback."""
-    kept = sum(fa.status != "lost" for fa in a.families)
-    head = f"**{a.stack}{f' ({shape})' if shape else ''}**: {kept}/{len(a.families)} of the baseline's vllm:* " \
+    head = f"**{a.stack}{f' ({shape})' if shape else ''}**: {a.kept}/{len(a.families)} of the baseline's vllm:* " \
         f"families visible behind the layer (" + ", ".join(f"{v} {k}" for k, v in sorted(a.counts.items())) + ")"
     return [head, *[f"  {n}" for n in a.notes]]
 
@@ -92,7 +91,7 @@ def decision(s: CompareSummary) -> list[str]:
 
 def _where_it_went(s: CompareSummary) -> list[str]:
     rows = [r for r in split(s.runs) if r.stack is not None] if s.runs else []
-    if not rows or s.stack == s.baseline_stack:
+    if not rows or s.is_aa:
         return []
     if hidden(rows, "stack"):
         return [f"where the latency went: {s.stack} hides the engine's TTFT and E2E histograms, so the time it adds "
@@ -137,7 +136,7 @@ def warnings(s: CompareSummary) -> list[str]:
 
 def context(s: CompareSummary) -> list[str]:
     """What ran, how it was measured and where the cores went."""
-    aa = " (A/A: a second deployment of the same bare vLLM, this host's noise floor)" if s.stack == "vllm" else ""
+    aa = " (A/A: a second deployment of the same bare vLLM, this host's noise floor)" if s.is_aa else ""
     lines = [f"stack **{s.stack}**{aa} (in the request path: {'yes' if s.in_request_path else 'no'}) vs baseline "
              f"**{s.baseline_stack}**; vLLM {s.versions.get('baseline')} / {s.versions.get('stack')} "
              f"({'same version' if s.version_match else 'VERSIONS DIFFER'}); profile `{s.profile}`, "
@@ -153,7 +152,7 @@ def context(s: CompareSummary) -> list[str]:
     lines.append(f"metric scraping: {scrape_policy_text(s.scrape_policy)}, the same for both deployments"
                  + (f"; {s.observer_effect}" if s.observer_effect else ""))
     for label, run in s.runs.items():
-        major = {k for lv in s.levels for k, v in getattr(lv, f"{label}_cpu_cores").items() if v >= MINOR_CORES}
+        major = major_processes(getattr(lv, f"{label}_cpu_cores") for lv in s.levels)
         cores = cores_sentence(run.cores, s.host_cores, run.engine_binding, run.sampler_cpu_pct, only=major)
         lines.append(f"cores ({label}): {cores}")
     if s.audit:

@@ -9,7 +9,7 @@ from harness.audit import AuditResult
 from harness.capacity import MAX_ERROR_SHARE, SLA, CapacityResult, of_levels
 from harness.compare import CompareSummary
 from harness.latency_split import COUNT_TOLERANCE, LevelSplit, hidden, mean_of, split
-from harness.output import MINOR_CORES, fmt, share_pct
+from harness.output import MINOR_CORES, fmt, major_processes, share_pct
 from harness.plots import side_names
 from harness.render import Table
 from harness.stats import level_text
@@ -203,13 +203,14 @@ def split_table(s: CompareSummary) -> list[Table]:
         notes.append(f"Marked *: in some repeats the engine's histograms counted more than {COUNT_TOLERANCE:.0%} more "
                      "or fewer requests than the client measured (a metrics exporter that lags shifts the engine's "
                      "window); those repeats are left out of both means (`lagging`: all of them were).")
+    adds = "A/A difference (noise)" if s.is_aa else "layer adds"
     return [("Where the latency went (mean ms)", "Client: what the load client measured. Engine: the engine's own "
              f"histograms ({', '.join(HISTOGRAMS.values())}: sum/count over the "
              "measured window). Outside = client − engine: the network, the API server and any layer. On the "
              f"baseline ({b}) it is the API server's share; the layer's share is the stack's outside less the "
              "baseline's." + (" " + " ".join(notes) if notes else ""),
              ["level", f"{b} TTFT client", f"{b} engine", f"{b} outside", f"{st} TTFT client", f"{st} engine",
-              f"{st} outside", "layer adds to TTFT", f"{b} E2E outside", f"{st} E2E outside", "layer adds to E2E"],
+              f"{st} outside", f"{adds} to TTFT", f"{b} E2E outside", f"{st} E2E outside", f"{adds} to E2E"],
              rows)]
 
 
@@ -276,7 +277,7 @@ def cpu_rows(s: CompareSummary) -> list[list[str]]:
     for side in ("baseline", "stack"):
         per_level = [getattr(lv, f"{side}_cpu_cores") for lv in s.levels]
         labels = sorted({k for cores in per_level for k in cores})
-        major = [k for k in labels if any(c.get(k, 0.0) >= MINOR_CORES for c in per_level)]
+        major = sorted(major_processes(per_level))
         minor = [k for k in labels if k not in major]
         for k in major:
             rows.append([side, k, *[fmt(c.get(k), "{:.2f}") for c in per_level]])

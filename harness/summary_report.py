@@ -72,9 +72,8 @@ class SummaryResult(BaseModel):
 def _visible(a: AuditResult | None) -> str:
     if not a or not a.families:
         return "—"
-    kept = sum(fa.status != "lost" for fa in a.families)
     renamed = a.counts.get("renamed", 0)
-    return f"{kept}/{len(a.families)}" + (f" ({renamed} renamed)" if renamed else "")
+    return f"{a.kept}/{len(a.families)}" + (f" ({renamed} renamed)" if renamed else "")
 
 
 def _status_cell(e: RunEntry) -> str:

@@ -157,7 +157,7 @@ def test_all_stacks_report(tmp_path, write_profile, capsys):
     out = tmp_path / "summary.md"
     assert main(["report", "--results-dir", str(tmp_path / "results"), "--out", str(out)]) == 0
     text = out.read_text()
-    assert "| sim-proxy | yes | sim-0.32.0 |" in text and "at c=4" in text and "39/39" in text
+    assert "| sim-proxy | in it | sim-0.32.0 |" in text and "at c=4" in text and "39/39" in text
 
 
 @pytest.mark.slow  # seconds each; `make test` runs it, `make test-fast` stays under 2 min

@@ -203,7 +203,7 @@ def test_report_command_prints_problems_and_exits_0(seed, tmp_path, capsys):
     assert f"{results / 'empty'}: empty folder; skipped" in printed
     assert "(2 runs, 2 folders skipped or flagged)" in printed
     md = out.read_text()
-    assert "| sim-proxy | yes |" in md and "## Skipped or damaged" in md
+    assert "| sim-proxy | in it |" in md and "## Skipped or damaged" in md
     assert f"| {results / 'bad'} | compare.json is not valid JSON" in md  # the list is a folder | why table
 
     # nothing reportable is still exit 0, and says so
