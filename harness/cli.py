@@ -30,8 +30,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     stack = stack_cls(settings_for(args, profile, Path(args.results_dir) / run_id / "logs"))  # validates options
     if args.target != "local":
         return run_target("run", args, stack, profile, run_id, args.repeats, console)
-    from harness.output import cost_markdown, health_warnings, level_table, summary_markdown
+    from harness.output import cost_markdown, summary_markdown
     from harness.session import deploy_and_measure, place
+    from harness.terminal import run_summary
 
     writer = RunWriter(run_id, Path(args.results_dir), meta={
         "command": "run", "stack": args.stack, "profile": profile.model_dump(), "placement": place(profile),
@@ -53,11 +54,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         (writer.dir / "summary.md").write_text(summary_markdown(summary, writer.meta)
                                                + (cost_markdown(summary, cost, time.monotonic() - t0) if cost else ""))
         writer.scrub()
-        console.print(level_table(summary))
-        for w in health_warnings(summary):
-            console.print(f"⚠ {w}", style="yellow", markup=False, highlight=False)
-        console.print(f"summary: {writer.dir / 'summary.md'}", highlight=False)
-    console.print(f"results: {writer.dir} (status: {outcome.status})")
+    run_summary(console, summary, writer.dir, outcome.status)
     return outcome.exit_code(writer)
 
 

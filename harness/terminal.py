@@ -14,10 +14,11 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.compare import CompareSummary
-from harness.output import fmt, share_pct
+from harness.output import fmt, health_warnings, level_table, share_pct
 from harness.plots import side_names
 from harness.report import decision, warnings
 from harness.summary_report import SummaryResult
+from harness.sweep import RunSummary
 
 VERDICT_STYLE = {"overhead": "bold red", "gain": "bold green", "within noise": "dim", "no interval": "yellow",
                  "missing": "yellow"}
@@ -61,6 +62,17 @@ def compare_summary(console: Console, s: CompareSummary, report: Path, results: 
         console.print(line)
     console.print(f"report: {report} (+ {report.with_suffix('.html').name}: one file, plots inline); "
                   f"results: {results} (status: {status})", highlight=False)
+
+
+def run_summary(console: Console, summary: RunSummary | None, results: Path, status: str) -> None:
+    """The end of `layerbench run`: the level table and its warnings (when anything was measured), then where the
+    results are."""
+    if summary is not None:
+        console.print(level_table(summary))
+        for w in health_warnings(summary):
+            console.print(f"⚠ {w}", style="yellow", markup=False, highlight=False)
+        console.print(f"summary: {results / 'summary.md'}", highlight=False)
+    console.print(f"results: {results} (status: {status})")
 
 
 def stacks_table() -> Table:
