@@ -73,7 +73,7 @@ class CapacityResult(BaseModel):
 
     @property
     def value(self) -> float:
-        return float(self.max_concurrency if self.kind == "concurrency" else self.max_rate or 0.0)
+        return float((self.max_concurrency if self.kind == "concurrency" else self.max_rate) or 0.0)
 
 
 def gauge_profile(profile: LoadProfile) -> LoadProfile | None:
@@ -149,9 +149,11 @@ def search(probe: Callable[[float, Literal["coarse", "bisect"]], Probe], coarse:
     return probes
 
 
-def judge(label: str, stack: str, kind: Literal["concurrency", "rate"], sla: SLA, probes: list[Probe]
-          ) -> CapacityResult:
-    """The capacity, how it broke and the 429-threshold candidates, from the search's probes."""
+def judge(label: str, stack: str, kind: Literal["concurrency", "rate"], sla: SLA, probes: list[Probe],
+          below_first_break: bool = False) -> CapacityResult:
+    """The capacity, how it broke and the 429-threshold candidates, from the search's probes. below_first_break:
+    a level that held above one that broke does not count (a compare's fixed levels: a deployment holds a load
+    only if it held every lower one too); the bisection instead searches around the highest level that held."""
     r = CapacityResult(label=label, stack=stack, kind=kind, sla=sla, probes=probes)
     held = sorted((p for p in probes if p.held), key=lambda p: p.level)
     broke = sorted((p for p in probes if not p.held), key=lambda p: p.level)
@@ -170,6 +172,12 @@ def judge(label: str, stack: str, kind: Literal["concurrency", "rate"], sla: SLA
         r.how, r.how_text = _how(None, low, sla, kind == "concurrency")
         return r
     r.warnings = _fragile(held, broke, sla, unit, suffix)
+    if below_first_break and broke and held[0].level > broke[0].level:  # the lowest level broke
+        out = judge(label, stack, kind, sla, [p for p in probes if p.level <= broke[0].level])
+        out.probes, out.warnings = probes, r.warnings
+        return out
+    if below_first_break and broke:
+        held = [p for p in held if p.level < broke[0].level]
     best = held[-1]
     r.max_concurrency, r.max_rate = (int(best.level), None) if kind == "concurrency" else (None, best.level)
     r.tok_s_at_capacity = best.tok_s
@@ -200,7 +208,7 @@ def of_levels(label: str, stack: str, run: RunSummary, sla: SLA) -> CapacityResu
         return None
     probes = [next((p for p in ps if not p.held), max(ps, key=lambda p: p.ttft_p95_ms or 0.0))
               for ps in by_level.values()]
-    return judge(label, stack, "rate" if run.open_loop else "concurrency", sla, probes)
+    return judge(label, stack, "rate" if run.open_loop else "concurrency", sla, probes, below_first_break=True)
 
 
 NEAR = 0.9  # a level that held within 10% of a bound held narrowly

@@ -73,7 +73,8 @@ def side_split(levels: list[LevelSummary]) -> SideSplit | None:
     done = [lv for lv in levels if lv.incomplete is None]
     if not done:
         return None
-    matched = [lv for lv in done if not _counted_off(lv)]
+    counted = [lv for lv in done if lv.server.engine_requests is not None]  # a missed edge scrape counts none
+    matched = [lv for lv in counted if not _counted_off(lv)]
     # client − engine pairs the same windows: the client's mean follows the engine's repeats when any matched
     basis = matched or done
     return SideSplit(client_ttft_ms=mean_of([lv.stats.ttft_ms.mean for lv in basis]),
@@ -82,7 +83,7 @@ def side_split(levels: list[LevelSummary]) -> SideSplit | None:
                      engine_e2e_ms=mean_of([lv.server.engine_e2e_ms for lv in matched]),
                      client_requests=float(np.mean([lv.stats.succeeded for lv in basis])),
                      engine_requests=mean_of([lv.server.engine_requests for lv in basis]),
-                     count_off=len(matched) < len(done))
+                     count_off=len(matched) < len(counted))
 
 
 def split(runs: dict[str, RunSummary]) -> list[LevelSplit]:

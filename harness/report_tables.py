@@ -152,8 +152,9 @@ def capacity_table(s: CompareSummary) -> list[Table]:
              how(r), fmt(r.tok_s_at_capacity)]
             for label, r in caps.items()]
     return [("Capacity at the SLO", f"The highest measured level at which {slo_text(s)} held in every repeat "
-             f"with under {MAX_ERROR_SHARE:.0%} errors, among this compare's levels; `make capacity` bisects "
-             "between levels for the exact figure.",
+             f"with under {MAX_ERROR_SHARE:.0%} errors, among this compare's levels, below the first level "
+             "that broke; `make capacity` bisects between levels for the exact figure."
+             + "".join(f" {names.get(label, label)}: {w}." for label, r in caps.items() for w in r.warnings),
              ["deployment", "capacity", "broke at", "why", "how", "tok/s at capacity"], rows)]
 
 
