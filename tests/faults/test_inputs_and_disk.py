@@ -48,6 +48,7 @@ def test_bad_input_gets_one_message(tmp_path, capsys, args, message):
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())  # nothing half-written
 
 
+@pytest.mark.slow  # seconds of real load; `make test` runs it, `make test-fast` stays under 2 min
 def test_disk_full_is_a_clear_error_and_written_records_stay_whole(tmp_path, quick_profile):
     """A file size limit stands in for a full disk: writes fail with EFBIG as they would with ENOSPC."""
     limit = 48 * 1024

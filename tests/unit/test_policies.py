@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from harness.cli import main
 from harness.runner import judge_client
 from harness.stats import Dist
@@ -24,6 +26,7 @@ def run_sim(tmp_path, write_profile, **fields):
     return run, scrapes, requests
 
 
+@pytest.mark.slow  # seconds of real load; `make test` runs it, `make test-fast` stays under 2 min
 def test_boundary_policy_never_scrapes_inside_a_window(tmp_path, write_profile):
     run, scrapes, requests = run_sim(tmp_path, write_profile, scrape="boundary")
     assert sorted((s["level"], s["phase"]) for s in scrapes) == [(1, "end"), (1, "start"), (2, "end"), (2, "start")]
@@ -39,6 +42,7 @@ def test_boundary_policy_never_scrapes_inside_a_window(tmp_path, write_profile):
     assert any(r["phase"] == "warmup-sweep" for r in requests)  # the sim is not eager: every level warmed
 
 
+@pytest.mark.slow  # seconds of real load; `make test` runs it, `make test-fast` stays under 2 min
 def test_interval_policy_polls_during_windows(tmp_path, write_profile):
     _, scrapes, _ = run_sim(tmp_path, write_profile, scrape="interval", scrape_interval_s=0.25, min_duration_s=1.0)
     assert sum(s["phase"] is None for s in scrapes) >= 4
