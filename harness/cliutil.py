@@ -54,11 +54,14 @@ def recorded(writer: RunWriter):
 
 def settings_for(args: argparse.Namespace, profile: LoadProfile, log_dir: Path):
     from stacks.base import DeploySettings
+    from stacks.engine_model import check_target, model_dir
 
     options = parse_options(getattr(args, "opt", None))
     if getattr(args, "port", None):
         options["port"] = args.port
-    return DeploySettings(target=getattr(args, "target", "local"), engine=profile.engine,
+    target = getattr(args, "target", "local")
+    check_target(profile.engine, target)
+    return DeploySettings(target=target, engine=profile.engine, model_path=model_dir(profile.engine),
                           url=getattr(args, "url", None), log_dir=log_dir, options=options)
 
 

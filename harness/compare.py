@@ -17,7 +17,7 @@ from rich.console import Console
 from harness.audit import AuditResult, audit_from_scrapes
 from harness.errors import LayerbenchError
 from harness.noise import DeltaInterval, delta_interval
-from harness.profile import SLO, LoadProfile
+from harness.profile import SLO, EmulatedStep, LoadProfile
 from harness.results import RunWriter, read_jsonl
 from harness.resume import ResumePlan, ResumeRefused
 from harness.session import Sides, baseline_then_stack, sides
@@ -94,6 +94,8 @@ class CompareSummary(BaseModel):
     invocations: int = 1  # how many `compare` / `compare --resume` invocations measured it
     slo: SLO | None = None  # the profile's, which goodput and the report's capacity are judged by
     renames: tuple[str, ...] | None = None  # the stack's Stack.metric_aliases(), for reading its scrapes again
+    emulated_step: EmulatedStep | None = None  # the GPU-like engine's configured step (engine.model: gpu-like)
+    input_tokens: int | None = None  # the profile's prompt length, which the emulated step's prefill cost needs
 
     @property
     def open_loop(self) -> bool:
@@ -271,6 +273,7 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
         version_match=versions["baseline"] == versions["stack"],
         applied={}, settings_match=False, settings_mismatches=[], options=dict(stack.settings.options),
         scrape_policy=profile.scrape, slo=profile.slo, invocations=(plan.invocation if plan else 0) + 1,
+        emulated_step=profile.engine.step, input_tokens=profile.input_tokens,
     )
 
     def keep(measured: Sides) -> None:

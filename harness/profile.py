@@ -34,10 +34,32 @@ class SLO(BaseModel):
     tpot_s: float | None = Field(None, gt=0)
 
 
+class EmulatedStep(BaseModel):
+    """The GPU-like engine's step time (engine.model: gpu-like): the model computes, then sleeps until the step
+    has taken base_ms + decode_ms_per_token × decoding sequences + prefill_ms_per_token × prompt tokens in it."""
+
+    model_config = _STRICT
+    base_ms: float = Field(gt=0, le=10_000, description="a step's fixed cost (a GPU reading the weights once)")
+    decode_ms_per_token: float = Field(ge=0, le=1_000, description="added per sequence decoding in the step")
+    prefill_ms_per_token: float = Field(ge=0, le=1_000, description="added per prompt token prefilled in the step")
+    like: str = Field("", description="what these figures emulate, for the report's first line")
+
+    def ms(self, decode: float, prefill: float = 0.0) -> float:
+        return self.base_ms + self.decode_ms_per_token * decode + self.prefill_ms_per_token * prefill
+
+    def text(self) -> str:
+        return (f"{self.base_ms:g} ms per step + {self.decode_ms_per_token:g} ms per decoding sequence + "
+                f"{self.prefill_ms_per_token:g} ms per prompt token")
+
+
 class EngineSettings(BaseModel):
     """vLLM settings applied identically to a stack and to its baseline."""
 
     model_config = _STRICT
+    model: Literal["tiny", "gpu-like"] = Field(
+        "tiny", description="tiny: the generated 2-layer Qwen2, computed on this host's CPU; gpu-like: the same "
+        "model whose step then sleeps for `step` (the CPU is left free, as a worker waiting on its GPU leaves it)")
+    step: EmulatedStep | None = Field(None, description="gpu-like only: the emulated step time")
     max_model_len: int = Field(2048, gt=0)
     max_num_seqs: int = Field(64, gt=0)
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "bfloat16"
@@ -48,6 +70,15 @@ class EngineSettings(BaseModel):
     kv_cache_dtype: str = Field("auto", min_length=1, description="vLLM's --kv-cache-dtype (auto: the model's "
                                 "dtype; fp8 halves the KV bytes per token where the engine supports it)")
     extra_args: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _step_with_its_model(self) -> EngineSettings:
+        if self.model == "gpu-like" and self.step is None:
+            raise ValueError("engine.model gpu-like needs engine.step (base_ms, decode_ms_per_token, "
+                             "prefill_ms_per_token): the step time it emulates")
+        if self.model != "gpu-like" and self.step is not None:
+            raise ValueError("engine.step applies to engine.model: gpu-like only")
+        return self
 
 
 class LoadProfile(BaseModel):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from harness.audit import AuditResult
 from harness.compare import CompareSummary
+from harness.emulation_report import step_line, step_table, step_warnings
 from harness.latency_split import hidden, lagging, split
 from harness.output import fmt, health_warnings, major_processes, markdown_table, scrape_policy_text, share_pct
 from harness.plots import plots, side_names
@@ -66,7 +67,7 @@ def decision(s: CompareSummary) -> list[str]:
     each side's capacity at the SLO, and what the layer added outside the engine."""
     top = s.top
     b, st = side_names(s)
-    lines = []
+    lines = step_line(s)
     if top is not None:
         ci = f"95% interval {top.ci.text()}: " if top.ci else ""
         lines.append(f"**{s.stack}{f' ({s.shape})' if s.shape else ''}: {top.delta_pct:+.1f}% output tok/s at "
@@ -131,7 +132,7 @@ def warnings(s: CompareSummary) -> list[str]:
         if run.exposed_ports:
             lines.append(f"**{label} listens beyond loopback**: {', '.join(run.exposed_ports)}")
         lines += [f"**warning**: {w}" for w in health_warnings(run, f" during {label}")]
-    return lines
+    return lines + step_warnings(s)
 
 
 def context(s: CompareSummary) -> list[str]:
@@ -169,7 +170,7 @@ def write_report(s: CompareSummary, out_dir: Path, bullets: list[str] | None = N
     images = plots(s, out_dir, ttfts)
     title = f"layerbench: {s.stack}{f' ({s.shape})' if s.shape else ''} vs {s.baseline_stack} — {s.run_id}"
     headline = [*decision(s), *list(bullets or []), *warnings(s)]
-    path = write_document(out_dir, title, headline, [*decision_tables(s), *(extra or [])], images,
+    path = write_document(out_dir, title, headline, [*decision_tables(s), *step_table(s), *(extra or [])], images,
                           [*detail_tables(s), *(details or [])], notes=context(s))
     (out_dir / "summary.json").write_text(json.dumps(s.model_dump(exclude={"runs"}), indent=2, default=str))
     return path

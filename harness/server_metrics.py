@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from harness.vllm_metrics import COUNTERS, GAUGES, HISTOGRAMS, aliases
+from harness.vllm_metrics import COUNTERS, GAUGES, HISTOGRAMS, STEP_TOKENS, aliases
 
 
 class ServerLevelMetrics(BaseModel):
@@ -30,6 +30,9 @@ class ServerLevelMetrics(BaseModel):
     engine_ttft_ms: float | None = None
     engine_e2e_ms: float | None = None
     engine_requests: float | None = None
+    engine_itl_ms: float | None = None  # mean time between a request's tokens: the engine's step while decoding
+    engine_steps: float | None = None  # engine steps in the window (vllm:iteration_tokens_total's count)
+    engine_step_tokens: float | None = None  # tokens they computed, prompt and decode (its sum)
 
 
 class LayerMetric(BaseModel):
@@ -53,16 +56,27 @@ def _sum_family(samples: dict[str, float], family: str, renames: tuple[str, ...]
     return None
 
 
+def _window_delta(edges: list[dict], family: str, renames: tuple[str, ...]) -> tuple[float, float] | None:
+    """A histogram's (_sum, _count) increase between the first and the last edge scrape that carry it."""
+    seen = [(total, n) for s in edges if (total := _sum_family(s["samples"], f"{family}_sum", renames)) is not None
+            and (n := _sum_family(s["samples"], f"{family}_count", renames)) is not None]
+    if len(seen) < 2:
+        return None
+    return seen[-1][0] - seen[0][0], seen[-1][1] - seen[0][1]
+
+
+def _edges(scrapes: list[dict]) -> list[dict]:
+    return [s for s in scrapes if s["ok"] and s.get("phase") in ("start", "end")]
+
+
 def _histogram_means(scrapes: list[dict], renames: tuple[str, ...]) -> dict[str, float]:
     """Mean (ms) and count of each of HISTOGRAMS between the first and the last edge scrape that carry it."""
     out: dict[str, float] = {}
-    edges = [s for s in scrapes if s["ok"] and s.get("phase") in ("start", "end")]
+    edges = _edges(scrapes)
     for key, fam in HISTOGRAMS.items():
-        seen = [(total, n) for s in edges if (total := _sum_family(s["samples"], f"{fam}_sum", renames)) is not None
-                and (n := _sum_family(s["samples"], f"{fam}_count", renames)) is not None]
-        if len(seen) >= 2 and (n := seen[-1][1] - seen[0][1]) > 0:
-            out[f"{key}_ms"] = 1e3 * (seen[-1][0] - seen[0][0]) / n
-            out[f"{key}_n"] = n
+        if (d := _window_delta(edges, fam, renames)) is not None and d[1] > 0:
+            out[f"{key}_ms"] = 1e3 * d[0] / d[1]
+            out[f"{key}_n"] = d[1]
     return out
 
 
@@ -79,7 +93,12 @@ def summarise(scrapes: Iterable[dict], renames: tuple[str, ...] = (),
     figures its stack declares (Stack.layer_metrics)."""
     scrapes = list(scrapes)
     out = ServerLevelMetrics()
-    out.engine_ttft_ms, out.engine_e2e_ms, out.engine_requests = engine_latency(scrapes, renames)
+    means = _histogram_means(scrapes, renames)
+    out.engine_ttft_ms, out.engine_e2e_ms, out.engine_requests = (
+        means.get("engine_ttft_ms"), means.get("engine_e2e_ms"), means.get("engine_e2e_n"))
+    out.engine_itl_ms = means.get("engine_itl_ms")
+    if (steps := _window_delta(_edges(scrapes), STEP_TOKENS, renames)) is not None and steps[1] > 0:
+        out.engine_step_tokens, out.engine_steps = steps
     firsts: dict[str, float] = {}
     lasts: dict[str, float] = {}
     peaks: dict[str, float] = {}

@@ -26,7 +26,10 @@ COUNTERS = {"preemptions": "vllm:num_preemptions_total", "prefix_cache_hits": "v
             "prefix_cache_queries": "vllm:prefix_cache_queries_total"}
 
 # The engine's own latency, read as mean over a window from _sum/_count deltas (set beside the client's).
-HISTOGRAMS = {"engine_ttft": "vllm:time_to_first_token_seconds", "engine_e2e": "vllm:e2e_request_latency_seconds"}
+HISTOGRAMS = {"engine_ttft": "vllm:time_to_first_token_seconds", "engine_e2e": "vllm:e2e_request_latency_seconds",
+              "engine_itl": "vllm:inter_token_latency_seconds"}
+# Tokens per engine step (prefill and decode): its _count delta is the window's steps, its _sum delta their tokens.
+STEP_TOKENS = "vllm:iteration_tokens_total"
 
 
 def aliases(family: str, renames: tuple[str, ...] = ()) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from harness.errors import LayerbenchError
 from stacks.base import CACHE_DIR, ENGINE_VENV, DeploySettings, Stack, register
+from stacks.engine_model import engine_model_env
 from stacks.local import LocalServerStack
 from stacks.procs import wait_http_ready
 
@@ -31,6 +32,7 @@ def engine_env(settings: DeploySettings) -> dict[str, str]:
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
         "PYTHONUNBUFFERED": "1",
+        **engine_model_env(settings.engine),
     }
 
 

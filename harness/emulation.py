@@ -1,0 +1,83 @@
+"""The GPU-like engine's step (engine.model: gpu-like), checked level by level: what the profile configured for the
+window's mix of work against what the engine's own histograms measured.
+
+- Configured: base + decode cost × decoding sequences per step + prefill cost × prompt tokens per step, the mix
+  taken from the window itself: steps and their tokens from vllm:iteration_tokens_total (count and sum deltas),
+  prompt tokens as the requests the engine finished × the profile's prompt length (unique prompts: no prefix hits).
+- Measured: the engine's mean inter-token latency, which is its step time while decoding.
+
+A level whose measured step exceeds the configured one by more than TOLERANCE was stretched: this host's real
+work per step (vLLM's scheduling, sampling and output processing, the API server and the layer on the same cores)
+did not fit in the emulated step, so at that level the figures are this host's, not the emulated GPU's."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from harness.compare import CompareSummary
+from harness.latency_split import mean_of
+from harness.profile import EmulatedStep
+from harness.server_metrics import ServerLevelMetrics
+from harness.sweep import LevelSummary
+
+TOLERANCE = 0.10
+WORKER, ENGINE_CORE = "VLLM::Worker", "VLLM::EngineCore"  # vLLM's process titles, the CPU table's labels end so
+
+
+class StepCheck(BaseModel):
+    side: str
+    level: float
+    configured_ms: float | None  # the configured step for this window's mix (mean over repeats)
+    measured_ms: float | None  # the engine's mean inter-token latency
+    tokens_per_step: float | None
+    worker_cores: float | None
+    engine_core_cores: float | None
+
+    @property
+    def off_pct(self) -> float | None:
+        if self.configured_ms is None or self.measured_ms is None:
+            return None
+        return 100.0 * (self.measured_ms / self.configured_ms - 1.0)
+
+    @property
+    def stretched(self) -> bool:
+        return self.off_pct is not None and self.off_pct > 100 * TOLERANCE
+
+
+def configured_ms(step: EmulatedStep, server: ServerLevelMetrics, input_tokens: int) -> float | None:
+    """The mean configured step over the window's steps; None when the engine's step histogram is not visible."""
+    if not server.engine_steps or server.engine_step_tokens is None:
+        return None
+    prefill = (server.engine_requests or 0.0) * input_tokens
+    decode = max(server.engine_step_tokens - prefill, 0.0)
+    return step.ms(decode / server.engine_steps, prefill / server.engine_steps)
+
+
+def _cores(cpu: dict[str, float], title: str) -> float | None:
+    got = [v for k, v in cpu.items() if k.endswith(title)]
+    return sum(got) if got else None
+
+
+def step_checks(s: CompareSummary) -> list[StepCheck]:
+    """One row per side and level that measured complete windows; [] when the engine's step was not emulated."""
+    step, prompt = s.emulated_step, s.input_tokens or 0
+    if step is None:
+        return []
+    out = []
+    for label, run in s.runs.items():
+        by_level: dict[float, list[LevelSummary]] = {}
+        for lv in run.levels:
+            if lv.incomplete is None:
+                by_level.setdefault(lv.stats.level, []).append(lv)
+        for level, lvs in sorted(by_level.items()):
+            delta = next((d for d in s.levels if d.level == level), None)
+            cpu = getattr(delta, f"{label}_cpu_cores") if delta else {}
+            out.append(StepCheck(
+                side=label, level=level,
+                configured_ms=mean_of([configured_ms(step, lv.server, prompt) for lv in lvs]),
+                measured_ms=mean_of([lv.server.engine_itl_ms for lv in lvs]),
+                tokens_per_step=mean_of([lv.server.engine_step_tokens / lv.server.engine_steps
+                                         if lv.server.engine_steps and lv.server.engine_step_tokens is not None
+                                         else None for lv in lvs]),
+                worker_cores=_cores(cpu, WORKER), engine_core_cores=_cores(cpu, ENGINE_CORE)))
+    return out

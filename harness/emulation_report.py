@@ -1,0 +1,61 @@
+"""How a compare report shows the GPU-like engine (engine.model: gpu-like), presentation only: the first line
+says the step was emulated and what it cost, a warning names each level whose step this host stretched, and a
+table sets the configured step beside the measured one with the worker's and EngineCore's CPU."""
+
+from __future__ import annotations
+
+from harness.compare import CompareSummary
+from harness.emulation import TOLERANCE, StepCheck, step_checks
+from harness.output import fmt
+from harness.plots import side_names
+from harness.render import Table
+from harness.stats import level_text
+
+
+def _names(s: CompareSummary) -> dict[str, str]:
+    return dict(zip(("baseline", "stack"), side_names(s), strict=True))
+
+
+def step_line(s: CompareSummary) -> list[str]:
+    """The report's first line for an emulated engine: what one step was set to cost, what it measured."""
+    step = s.emulated_step
+    if step is None:
+        return []
+    checks = [c for c in step_checks(s) if c.measured_ms is not None]
+    kept = [c for c in checks if not c.stretched]
+    low = min(checks, key=lambda c: (c.level, c.side != "baseline"), default=None)
+    measured = (f"; measured {fmt(low.measured_ms, '{:.1f}')} ms per decode step at "
+                f"{level_text(low.level, s.open_loop)} ({_names(s)[low.side]}) against "
+                f"{fmt(low.configured_ms, '{:.1f}')} ms configured, and within {TOLERANCE:.0%} at {len(kept)} of "
+                f"{len(checks)} side-levels") if low else "; the engine's step histograms were not visible"
+    return [f"**engine step emulated (gpu-like{f': {step.like}' if step.like else ''})**: {step.text()}, "
+            f"a sleeping model step in real vLLM{measured}"]
+
+
+def step_warnings(s: CompareSummary) -> list[str]:
+    names = _names(s)
+    return [f"**emulated step stretched** ({names[c.side]} at {level_text(c.level, s.open_loop)}): "
+            f"{fmt(c.measured_ms, '{:.1f}')} ms per step against {fmt(c.configured_ms, '{:.1f}')} ms configured "
+            f"({c.off_pct:+.0f}%): this host's own work per step did not fit, so this level measures the host, "
+            "not the emulated GPU" for c in step_checks(s) if c.stretched]
+
+
+def _row(c: StepCheck, names: dict[str, str], open_loop: bool) -> list[str]:
+    return [level_text(c.level, open_loop), names[c.side], fmt(c.tokens_per_step), fmt(c.configured_ms),
+            fmt(c.measured_ms), fmt(c.off_pct, "{:+.0f}%"), "**stretched**" if c.stretched else "kept",
+            fmt(c.worker_cores, "{:.2f}"), fmt(c.engine_core_cores, "{:.2f}")]
+
+
+def step_table(s: CompareSummary) -> list[Table]:
+    checks = step_checks(s)
+    if not checks or s.emulated_step is None:
+        return []
+    names = _names(s)
+    return [("The emulated engine step", f"Configured: {s.emulated_step.text()}, for the mix of each window "
+             "(steps and their tokens from vllm:iteration_tokens_total; prompt tokens = finished requests × the "
+             "prompt length). Measured: the engine's mean inter-token latency (vllm:inter_token_latency_seconds), "
+             f"its step while decoding. Kept: within {TOLERANCE:.0%}. Worker and EngineCore: cores during the level "
+             "(the worker sleeps out each step, as one waiting on its GPU).",
+             ["level", "deployment", "tokens per step", "configured ms", "measured ms", "off", "step",
+              "worker cores", "EngineCore cores"],
+             [_row(c, names, s.open_loop) for c in checks])]

@@ -1,0 +1,180 @@
+"""The GPU-like engine, everything but vLLM itself: the step's pacing (engine_plugin, plain Python), the profile
+that selects it, the model directory both sides load, the environment that stops vLLM's queue readers spinning,
+and the per-level check of the configured step against the engine's own histograms."""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.errors import LayerbenchError
+from harness.profile import EmulatedStep, EngineSettings, load_profile
+
+PLUGIN = Path(__file__).resolve().parents[2] / "engine_plugin"
+sys.path.insert(0, str(PLUGIN))
+from layerbench_gpulike.pacing import Pacer, StepTime, split_tokens  # noqa: E402
+
+STEP = EmulatedStep(base_ms=10.0, decode_ms_per_token=0.5, prefill_ms_per_token=0.1)
+
+
+def test_split_tokens_counts_decoding_sequences_and_prompt_chunks():
+    assert split_tokens([]) == (0, 0)
+    assert split_tokens([7]) == (1, 0)
+    assert split_tokens([5, 90, 17]) == (3, 0)  # three sequences decoding
+    assert split_tokens([0, 1, 2, 3, 40, 12]) == (2, 4)  # a 4-token prompt chunk, then two decodes
+    assert split_tokens([33, 0, 1, 2, 8, 9, 10, 11, 11]) == (2, 7)  # a chunk resumed at 8 is prefill too
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.t = 0.0
+        self.slept: list[float] = []
+
+    def clock(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.slept.append(s)
+        self.t += s
+
+
+def test_pacer_keeps_the_configured_period_from_one_forward_to_the_next():
+    """2 ms of compute inside forward and 3 ms of vLLM's own work between forwards: the sleep takes both out,
+    so forwards start every configured step (10 + 0.5 × 4 = 12 ms), not every 17 ms."""
+    ft = FakeTime()
+    pacer = Pacer(StepTime(10.0, 0.5, 0.1), clock=ft.clock, sleep=ft.sleep)
+    starts = []
+    for _ in range(20):
+        starts.append(ft.t)
+        ft.t += 0.002  # forward's compute
+        pacer.finish(starts[-1], decode=4, prefill=0)
+        ft.t += 0.003  # sampling, output processing, the next batch
+    periods = [b - a for a, b in zip(starts[5:], starts[6:], strict=False)]
+    assert periods == pytest.approx([0.012] * len(periods), abs=1e-6)
+    assert pacer.stats["overruns"] == 0
+
+
+def test_pacer_counts_a_step_it_cannot_honour_and_never_shortens_it():
+    ft = FakeTime()
+    pacer = Pacer(StepTime(1.0, 0.0, 0.0), clock=ft.clock, sleep=ft.sleep)
+    ft.t += 0.005  # 5 ms of compute against a 1 ms step
+    assert pacer.finish(0.0, decode=1, prefill=0) == 0.0
+    assert pacer.stats["overruns"] == 1 and ft.slept == []
+
+
+def test_step_reads_its_config_and_refuses_a_model_without_one():
+    class Cfg:
+        layerbench_step = {"base_ms": 9.35, "decode_ms_per_token": 0.206, "prefill_ms_per_token": 0.15}
+
+    assert StepTime.from_config(Cfg()).ms(64, 0) == pytest.approx(9.35 + 64 * 0.206)
+    with pytest.raises(ValueError, match="layerbench_step"):
+        StepTime.from_config(object())
+
+
+def test_profile_field_selects_the_model_and_needs_its_step():
+    with pytest.raises(ValueError, match="needs engine.step"):
+        EngineSettings(model="gpu-like")
+    with pytest.raises(ValueError, match="gpu-like only"):
+        EngineSettings(step=STEP)
+    p = load_profile("gpu-like")
+    assert p.engine.model == "gpu-like" and p.engine.step is not None
+    assert p.concurrency == [1, 8, 16, 32, 64] and p.requests == 100 and p.requests_per_concurrency == 8
+
+
+def test_gpu_like_model_dir_links_the_tiny_model_and_names_the_plugin_architecture(tmp_path):
+    from stacks.engine_model import model_dir
+
+    tiny = tmp_path / "tiny-qwen2"
+    tiny.mkdir()
+    (tiny / "config.json").write_text(json.dumps({"architectures": ["Qwen2ForCausalLM"], "num_hidden_layers": 2}))
+    (tiny / "tokenizer.json").write_text("{}")
+    engine = EngineSettings(model="gpu-like", step=STEP)
+    d = model_dir(engine, tiny)
+    cfg = json.loads((d / "config.json").read_text())
+    assert cfg["architectures"] == ["LayerbenchGpuLikeForCausalLM"] and cfg["num_hidden_layers"] == 2
+    assert cfg["layerbench_step"] == {"base_ms": 10.0, "decode_ms_per_token": 0.5, "prefill_ms_per_token": 0.1}
+    assert (d / "tokenizer.json").is_symlink() and (d / "tokenizer.json").resolve() == (tiny / "tokenizer.json")
+    assert model_dir(engine, tiny) == d  # the same step, the same directory
+    other = model_dir(EngineSettings(model="gpu-like", step=STEP.model_copy(update={"base_ms": 20.0})), tiny)
+    assert other != d
+    assert model_dir(EngineSettings(), tiny) == tiny
+    with pytest.raises(LayerbenchError, match="make setup"):
+        model_dir(engine, tmp_path / "missing")
+
+
+def test_harness_and_plugin_agree_on_the_architecture_and_the_switch():
+    """The harness cannot import the plugin (it lives in the engine environment): compare their constants."""
+    from stacks import engine_model
+
+    tree = ast.parse((PLUGIN / "layerbench_gpulike" / "__init__.py").read_text())
+    consts = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign) for t in n.targets}
+    assert consts["ARCHITECTURE"] == engine_model.GPU_LIKE_ARCHITECTURE
+    assert consts["BLOCKING_WAIT_ENV"] == engine_model.BLOCKING_WAIT_ENV
+
+
+def test_only_the_gpu_like_engine_blocks_its_queue_readers_and_it_runs_locally_only():
+    from stacks.base import DeploySettings
+    from stacks.engine_model import BLOCKING_WAIT_ENV, check_target
+    from stacks.vllm import engine_env
+
+    gpu_like = EngineSettings(model="gpu-like", step=STEP)
+    assert engine_env(DeploySettings(engine=gpu_like))[BLOCKING_WAIT_ENV] == "1"
+    assert BLOCKING_WAIT_ENV not in engine_env(DeploySettings())
+    check_target(gpu_like, "local")
+    for target in ("docker", "k8s"):
+        with pytest.raises(LayerbenchError, match="local target only"):
+            check_target(gpu_like, target)
+
+
+def scrape(phase: str, itl: tuple[float, float], steps: tuple[float, float]) -> dict:
+    """itl: (sum s, count) of the inter-token histogram; steps: (tokens, steps) of vllm:iteration_tokens_total."""
+    lab = "{engine=0}"
+    return {"ok": True, "phase": phase, "level": 16, "samples": {
+        f"vllm:inter_token_latency_seconds_sum{lab}": itl[0], f"vllm:inter_token_latency_seconds_count{lab}": itl[1],
+        f"vllm:iteration_tokens_total_sum{lab}": steps[0], f"vllm:iteration_tokens_total_count{lab}": steps[1]}}
+
+
+def test_window_step_figures_come_from_the_engine_histograms():
+    from harness.server_metrics import summarise
+
+    # 100 steps computing 1,700 tokens, 1,500 token gaps of 14 ms on average
+    m = summarise([scrape("start", (1.0, 100), (50, 10)), scrape("end", (22.0, 1600), (1750, 110))])
+    assert m.engine_steps == 100 and m.engine_step_tokens == 1700
+    assert m.engine_itl_ms == pytest.approx(14.0)
+
+
+def test_configured_step_follows_the_windows_mix_and_a_slow_level_is_flagged():
+    from harness.emulation import configured_ms, step_checks
+    from harness.emulation_report import step_line, step_table, step_warnings
+    from harness.server_metrics import ServerLevelMetrics
+    from tests.unit.test_report_decision import compare, pair
+
+    # 100 steps, 1,700 tokens: 20 requests × 32 prompt tokens = 640 prefill, 1,060 decode -> 10.6 decoding per step
+    server = ServerLevelMetrics(engine_requests=20, engine_steps=100, engine_step_tokens=1700, engine_itl_ms=15.0)
+    assert configured_ms(STEP, server, 32) == pytest.approx(10.0 + 0.5 * 10.6 + 0.1 * 6.4)
+    assert configured_ms(STEP, ServerLevelMetrics(), 32) is None  # the histogram hidden: nothing to check
+
+    def windows(level: int, itl: float) -> list:
+        out = pair(level, 100.0)
+        for lv in out:
+            lv.server = server.model_copy(update={"engine_itl_ms": itl})
+        return out
+
+    s = compare(windows(1, 16.0) + windows(16, 30.0), windows(1, 16.5) + windows(16, 16.9))
+    s.emulated_step, s.input_tokens = STEP, 32
+    checks = {(c.side, c.level): c for c in step_checks(s)}
+    assert len(checks) == 4
+    assert not checks[("baseline", 1)].stretched and checks[("baseline", 16)].stretched
+    assert [w for w in step_warnings(s) if "stretched" in w] == [step_warnings(s)[0]]
+    assert "vllm at c=16" in step_warnings(s)[0]
+    first = step_line(s)[0]
+    assert first.startswith("**engine step emulated (gpu-like)**: 10 ms per step") and "3 of 4" in first
+    (_, _, header, rows), = step_table(s)
+    assert header[:5] == ["level", "deployment", "tokens per step", "configured ms", "measured ms"]
+    assert sum(r[6] == "**stretched**" for r in rows) == 1
+    s.emulated_step = None  # the tiny model computes its step: nothing emulated, nothing said
+    assert step_checks(s) == [] and step_line(s) == [] and step_table(s) == []
