@@ -57,7 +57,7 @@ setup-kserve: setup $(STAMPS)/kserve  ## KServe's model server beside the engine
 setup-chromium: $(STAMPS)/chromium  ## Debian's headless Chromium, for the report's browser test
 
 .PHONY: setup setup-ray setup-triton setup-kserve setup-chromium client run compare capacity sweep audit report soak test \
-	test-fast lint bench-harness clean help stacks
+	test-fast lint bench-harness calibrate clean help stacks
 help:  ## this list (also plain `make`)
 	@sed -n '2,16p' Makefile
 	@echo '# targets:'
@@ -135,6 +135,9 @@ soak: client  ## the reference engine at c=64 with faults on a schedule
 
 bench-harness: setup  ## layerbench's own accuracy against the reference engine
 	$(LB) bench-harness $(ARGS)
+
+calibrate: setup  ## the GPU-like engine's step and worker CPU against the configured ones (a bench-harness section)
+	$(LB) bench-harness --only gpulike --out-dir reports/harness/gpulike $(ARGS)
 
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
 test: setup $(STAMPS)/ray $(STAMPS)/triton $(STAMPS)/kserve $(STAMPS)/chromium  ## lint + every test (starts real vLLM, Ray, Triton, KServe, Chromium)

@@ -182,9 +182,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_harness(args: argparse.Namespace) -> int:
+    from harness.bench.run import SECTIONS, section_named
     from harness.bench.run import main as bench_main
 
-    path = bench_main(Path(args.out_dir), console)
+    sections = [section_named(k) for k in args.only] if args.only else SECTIONS
+    path = bench_main(Path(args.out_dir), console, sections)
     console.print(f"written: {path}")
     return 0
 
@@ -254,6 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench-harness", help="measure layerbench's own accuracy against the reference engine")
     b.add_argument("--out-dir", type=inputs.results_dir, default="reports/harness")
+    b.add_argument("--only", action="append", metavar="SECTION", help="run only this section (repeatable): its "
+                   "module's name under harness/bench/, e.g. gpulike (the GPU-like engine's calibration)")
     b.set_defaults(func=cmd_bench_harness)
 
     sk = sub.add_parser("soak", help="the reference engine at c=64 for a long time with faults on a schedule")

@@ -16,13 +16,22 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import Progress
 
-from harness.bench import accuracy, capacity, cpu_per_event, observer, resolution
+from harness.bench import accuracy, capacity, cpu_per_event, gpulike, observer, resolution
 from harness.bench.render import page
 from harness.bench.section import Context, Section
+from harness.errors import LayerbenchError
 
 OUT_DIR = Path("reports/harness")
 SECTIONS: tuple[Section, ...] = (accuracy.section, resolution.section, capacity.section, cpu_per_event.section,
-                                 observer.section)
+                                 observer.section, gpulike.section)
+
+
+def section_named(name: str) -> Section:
+    """A section by its module's name (`--only gpulike`)."""
+    by_name = {s.__module__.rsplit(".", 1)[-1]: s for s in SECTIONS}
+    if name not in by_name:
+        raise LayerbenchError(f"unknown bench-harness section {name!r}: sections are {', '.join(by_name)}")
+    return by_name[name]
 INTRO = [
     "Three clients take turns against the same reference engine (`stacks/refengine/`, of exactly known timing): "
     "layerbench's own streaming client, a minimal raw-socket *floor* client written for this benchmark, and "

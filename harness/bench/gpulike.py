@@ -1,0 +1,127 @@
+"""Calibration of the GPU-like engine (engine.model: gpu-like): does real vLLM with the sleeping model step keep
+the configured step, and does its worker's CPU fall as a worker waiting on its GPU would?
+
+Bare vLLM is deployed twice with the `gpu-like` profile's engine settings: once with the GPU-like model, once with
+the tiny model it wraps (computed on this host's CPU). Each serves LEVELS, one window each, scraped at the window's
+edges only. Measured step: the engine's mean inter-token latency over the window; configured: the profile's step
+for the window's own mix (harness/emulation.py). CPU: the worker's and EngineCore's cores during the window."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from rich.progress import Progress
+
+from harness.bench.figures import Verdict
+from harness.bench.section import Context, SectionResult
+from harness.client import StreamClient
+from harness.emulation import ENGINE_CORE, TOLERANCE, WORKER, configured_ms
+from harness.output import fmt, markdown_table
+from harness.profile import EngineSettings, LoadProfile, load_profile
+from harness.prompts import PromptGenerator, new_run_id
+from harness.runner import run_level
+from harness.scraper import Scraper
+from harness.server_metrics import summarise
+from stacks.base import DeploySettings
+
+LEVELS = (1, 16, 64)
+CHECKED = (1, 16)  # the levels the step must be kept at (within TOLERANCE)
+NEAR_IDLE_CORES = 0.25  # the GPU-like worker at c=1 must use less than this (the tiny model's worker: ~1 core)
+
+
+def _window(stack, profile: LoadProfile, client: StreamClient, gen: PromptGenerator, c: int, tmp: Path) -> dict:
+    scraper = Scraper(stack.metric_endpoints(), 2.0, tmp / "scrapes.jsonl", policy="boundary")
+    with scraper:
+        scraper.level = c
+        run = asyncio.run(run_level(client, gen, c, profile.requests_for(c), warmup_waves=1,
+                                    min_duration_s=profile.min_duration_s, process_cpu=stack.process_cpu,
+                                    on_measure_start=lambda: scraper.mark(c, "start")))
+        scraper.mark(c, "end")
+        server = summarise(scraper.new_scrapes())
+    cores = {k: v / run.window_s for k, v in run.process_cpu_s.items()} if run.window_s else {}
+    step = profile.engine.step
+    return {
+        "concurrency": c, "failed": sum(not r["ok"] for r in run.records),
+        "measured_ms": server.engine_itl_ms,
+        "configured_ms": configured_ms(step, server, profile.input_tokens) if step else None,
+        "tokens_per_step": server.engine_step_tokens / server.engine_steps if server.engine_steps else None,
+        "worker_cores": sum(v for k, v in cores.items() if k.endswith(WORKER)),
+        "engine_core_cores": sum(v for k, v in cores.items() if k.endswith(ENGINE_CORE)),
+        "api_server_cores": sum(v for k, v in cores.items() if "api_server" in k),
+        "client_cpu_pct": run.client.cpu_pct}
+
+
+def _model(engine: EngineSettings, progress: Progress, task, tmp: Path) -> list[dict]:
+    from stacks.engine_model import model_dir
+    from stacks.vllm import VllmStack
+
+    profile = load_profile("gpu-like").model_copy(update={"engine": engine})
+    out = []
+    settings = DeploySettings(engine=engine, model_path=model_dir(engine), log_dir=tmp)
+    with VllmStack(settings) as stack:
+        stack.deploy()
+        stack.wait_ready(600)
+        ep = stack.endpoint()
+        client = StreamClient(ep.base_url, ep.model, max_tokens=profile.output_tokens, timeout_s=120)
+        gen = PromptGenerator(new_run_id("gpulike"), "gpulike", profile.input_tokens,
+                              settings.model_path / "tokenizer.json")
+        for c in LEVELS:
+            progress.update(task, description=f"GPU-like calibration: {engine.model} c={c}")
+            out.append({"model": engine.model, **_window(stack, profile, client, gen, c, tmp)})
+            progress.advance(task)
+    return out
+
+
+def measure(progress: Progress, tmp: Path) -> list[dict]:
+    gpu_like = load_profile("gpu-like").engine
+    tiny = gpu_like.model_copy(update={"model": "tiny", "step": None})
+    task = progress.add_task("GPU-like calibration: deploying vLLM", total=2 * len(LEVELS))
+    return _model(gpu_like, progress, task, tmp) + _model(tiny, progress, task, tmp)
+
+
+def verdicts(rows: list[dict]) -> list[Verdict]:
+    out = []
+    for c in CHECKED:
+        r = next((x for x in rows if x["model"] == "gpu-like" and x["concurrency"] == c), None)
+        ok = None if r is None or not r["measured_ms"] or not r["configured_ms"] else \
+            abs(r["measured_ms"] / r["configured_ms"] - 1) <= TOLERANCE
+        out.append(Verdict(f"GPU-like step within {TOLERANCE:.0%} of the configured one at c={c}", ok,
+                           "no data" if r is None else f"measured {fmt(r['measured_ms'], '{:.2f}')} ms, configured "
+                           f"{fmt(r['configured_ms'], '{:.2f}')} ms"))
+    r = next((x for x in rows if x["model"] == "gpu-like" and x["concurrency"] == 1), None)
+    out.append(Verdict(f"GPU-like worker near idle at c=1 (< {NEAR_IDLE_CORES} cores)",
+                       None if r is None else r["worker_cores"] < NEAR_IDLE_CORES,
+                       "no data" if r is None else f"{r['worker_cores']:.2f} cores"))
+    return out
+
+
+def render(rows: list[dict], wall_s: float) -> list[str]:
+    step = load_profile("gpu-like").engine.step
+    table = [[r["model"], str(r["concurrency"]), fmt(r["tokens_per_step"]), fmt(r["configured_ms"], "{:.2f}"),
+              fmt(r["measured_ms"], "{:.2f}"),
+              fmt(100 * (r["measured_ms"] / r["configured_ms"] - 1) if r["measured_ms"] and r["configured_ms"]
+                  else None, "{:+.1f}%"),
+              f"{r['worker_cores']:.2f}", f"{r['engine_core_cores']:.2f}", f"{r['api_server_cores']:.2f}",
+              f"{r['client_cpu_pct']:.0f}%", str(r["failed"])] for r in rows]
+    return [
+        "## The GPU-like engine: configured step against the engine's own",
+        "",
+        f"Bare vLLM with the `gpu-like` profile's engine settings, once with the GPU-like model (step: "
+        f"{step.text() if step else '—'}) and once with the tiny model it wraps, computed on this host. One window "
+        f"per level (the profile's sizes), scraped at its edges only. Measured: the engine's mean inter-token "
+        "latency; configured: the step for the window's own mix of decoding sequences and prompt tokens. Cores: "
+        "CPU seconds over the window's wall time.",
+        "",
+        markdown_table(["model", "c", "tokens per step", "configured ms", "measured ms", "off", "worker cores",
+                        "EngineCore cores", "API server cores", "client CPU", "failed"], table),
+        "",
+        f"- Section wall time {wall_s:.0f} s.",
+    ]
+
+
+def section(ctx: Context) -> SectionResult:
+    t0 = time.monotonic()
+    rows = measure(ctx.progress, ctx.tmp)
+    return SectionResult("gpulike", render(rows, time.monotonic() - t0), {"rows": rows}, verdicts(rows))

