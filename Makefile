@@ -80,6 +80,7 @@ $(STAMPS)/engine: scripts/setup_engine.sh
 
 # the GPU-like engine (engine.model: gpu-like): a vLLM plugin whose model step sleeps, in the engine environment
 $(STAMPS)/gpulike: $(STAMPS)/engine engine_plugin/pyproject.toml $(wildcard engine_plugin/layerbench_gpulike/*.py)
+	rm -rf engine_plugin/build  # a stale build would go into the wheel
 	$(ENGINE_VENV)/bin/pip install -q --no-deps --no-build-isolation ./engine_plugin
 	@touch $@
 
@@ -141,7 +142,7 @@ calibrate: setup  ## the GPU-like engine's step and worker CPU against the confi
 
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
 test: setup $(STAMPS)/ray $(STAMPS)/triton $(STAMPS)/kserve $(STAMPS)/chromium  ## lint + every test (starts real vLLM, Ray, Triton, KServe, Chromium)
-	$(VENV)/bin/ruff check harness stacks tests scripts
+	$(VENV)/bin/ruff check harness stacks tests scripts engine_plugin
 	$(VENV)/bin/pytest -v tests
 
 test-fast: client  ## the tests that need no engine (under 2 minutes)

@@ -95,7 +95,6 @@ class CompareSummary(BaseModel):
     slo: SLO | None = None  # the profile's, which goodput and the report's capacity are judged by
     renames: tuple[str, ...] | None = None  # the stack's Stack.metric_aliases(), for reading its scrapes again
     emulated_step: EmulatedStep | None = None  # the GPU-like engine's configured step (engine.model: gpu-like)
-    input_tokens: int | None = None  # the profile's prompt length, which the emulated step's prefill cost needs
 
     @property
     def open_loop(self) -> bool:
@@ -273,7 +272,7 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
         version_match=versions["baseline"] == versions["stack"],
         applied={}, settings_match=False, settings_mismatches=[], options=dict(stack.settings.options),
         scrape_policy=profile.scrape, slo=profile.slo, invocations=(plan.invocation if plan else 0) + 1,
-        emulated_step=profile.engine.step, input_tokens=profile.input_tokens,
+        emulated_step=profile.engine.step,
     )
 
     def keep(measured: Sides) -> None:

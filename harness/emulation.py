@@ -2,13 +2,14 @@
 window's mix of work against what the engine's own histograms measured.
 
 - Configured: base + decode cost × decoding sequences per step + prefill cost × prompt tokens per step, the mix
-  taken from the window itself: steps and their tokens from vllm:iteration_tokens_total (count and sum deltas),
-  prompt tokens as the requests the engine finished × the profile's prompt length (unique prompts: no prefix hits).
+  taken from the window itself: steps from vllm:iteration_tokens_total's count, generated and prompt tokens from
+  vllm:generation_tokens_total and vllm:prompt_tokens_total (their deltas over the window).
 - Measured: the engine's mean inter-token latency, which is its step time while decoding.
 
-A level whose measured step exceeds the configured one by more than TOLERANCE was stretched: this host's real
-work per step (vLLM's scheduling, sampling and output processing, the API server and the layer on the same cores)
-did not fit in the emulated step, so at that level the figures are this host's, not the emulated GPU's."""
+A level whose measured step is off the configured one by more than TOLERANCE is flagged: longer, it was stretched
+(this host's real work per step, vLLM's scheduling, sampling and output processing, the API server and the layer
+on the same cores, did not fit in the emulated step, so at that level the figures are this host's, not the
+emulated GPU's); shorter, the pacing undershot."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ WORKER, ENGINE_CORE = "VLLM::Worker", "VLLM::EngineCore"  # vLLM's process title
 
 class StepCheck(BaseModel):
     side: str
-    level: float
+    level: int | float  # a concurrency, or an open-loop rate
     configured_ms: float | None  # the configured step for this window's mix (mean over repeats)
     measured_ms: float | None  # the engine's mean inter-token latency
     tokens_per_step: float | None
@@ -40,17 +41,21 @@ class StepCheck(BaseModel):
         return 100.0 * (self.measured_ms / self.configured_ms - 1.0)
 
     @property
+    def kept(self) -> bool | None:
+        """Within TOLERANCE of the configured step; None when either side of the check is not visible."""
+        return None if self.off_pct is None else abs(self.off_pct) <= 100 * TOLERANCE
+
+    @property
     def stretched(self) -> bool:
         return self.off_pct is not None and self.off_pct > 100 * TOLERANCE
 
 
-def configured_ms(step: EmulatedStep, server: ServerLevelMetrics, input_tokens: int) -> float | None:
-    """The mean configured step over the window's steps; None when the engine's step histogram is not visible."""
-    if not server.engine_steps or server.engine_step_tokens is None:
+def configured_ms(step: EmulatedStep, server: ServerLevelMetrics) -> float | None:
+    """The mean configured step over the window's steps, from its own mix of generated and prompt tokens; None
+    when the engine's step histogram or token counters are not visible."""
+    if not server.engine_steps or server.generation_tokens is None or server.prompt_tokens is None:
         return None
-    prefill = (server.engine_requests or 0.0) * input_tokens
-    decode = max(server.engine_step_tokens - prefill, 0.0)
-    return step.ms(decode / server.engine_steps, prefill / server.engine_steps)
+    return step.ms(server.generation_tokens / server.engine_steps, server.prompt_tokens / server.engine_steps)
 
 
 def _cores(cpu: dict[str, float], title: str) -> float | None:
@@ -60,7 +65,7 @@ def _cores(cpu: dict[str, float], title: str) -> float | None:
 
 def step_checks(s: CompareSummary) -> list[StepCheck]:
     """One row per side and level that measured complete windows; [] when the engine's step was not emulated."""
-    step, prompt = s.emulated_step, s.input_tokens or 0
+    step = s.emulated_step
     if step is None:
         return []
     out = []
@@ -74,7 +79,7 @@ def step_checks(s: CompareSummary) -> list[StepCheck]:
             cpu = getattr(delta, f"{label}_cpu_cores") if delta else {}
             out.append(StepCheck(
                 side=label, level=level,
-                configured_ms=mean_of([configured_ms(step, lv.server, prompt) for lv in lvs]),
+                configured_ms=mean_of([configured_ms(step, lv.server) for lv in lvs]),
                 measured_ms=mean_of([lv.server.engine_itl_ms for lv in lvs]),
                 tokens_per_step=mean_of([lv.server.engine_step_tokens / lv.server.engine_steps
                                          if lv.server.engine_steps and lv.server.engine_step_tokens is not None

@@ -22,7 +22,7 @@ def step_line(s: CompareSummary) -> list[str]:
     if step is None:
         return []
     checks = [c for c in step_checks(s) if c.measured_ms is not None]
-    kept = [c for c in checks if not c.stretched]
+    kept = [c for c in checks if c.kept]
     low = min(checks, key=lambda c: (c.level, c.side != "baseline"), default=None)
     measured = (f"; measured {fmt(low.measured_ms, '{:.1f}')} ms per decode step at "
                 f"{level_text(low.level, s.open_loop)} ({_names(s)[low.side]}) against "
@@ -34,15 +34,18 @@ def step_line(s: CompareSummary) -> list[str]:
 
 def step_warnings(s: CompareSummary) -> list[str]:
     names = _names(s)
-    return [f"**emulated step stretched** ({names[c.side]} at {level_text(c.level, s.open_loop)}): "
-            f"{fmt(c.measured_ms, '{:.1f}')} ms per step against {fmt(c.configured_ms, '{:.1f}')} ms configured "
-            f"({c.off_pct:+.0f}%): this host's own work per step did not fit, so this level measures the host, "
-            "not the emulated GPU" for c in step_checks(s) if c.stretched]
+    return [f"**emulated step {'stretched' if c.stretched else 'short'}** ({names[c.side]} at "
+            f"{level_text(c.level, s.open_loop)}): {fmt(c.measured_ms, '{:.1f}')} ms per step against "
+            f"{fmt(c.configured_ms, '{:.1f}')} ms configured ({c.off_pct:+.0f}%): "
+            + ("this host's own work per step did not fit, so this level measures the host, not the emulated GPU"
+               if c.stretched else "the pacing undershot the configured step")
+            for c in step_checks(s) if c.kept is False]
 
 
 def _row(c: StepCheck, names: dict[str, str], open_loop: bool) -> list[str]:
     return [level_text(c.level, open_loop), names[c.side], fmt(c.tokens_per_step), fmt(c.configured_ms),
-            fmt(c.measured_ms), fmt(c.off_pct, "{:+.0f}%"), "**stretched**" if c.stretched else "kept",
+            fmt(c.measured_ms), fmt(c.off_pct, "{:+.0f}%"),
+            {True: "kept", False: "**stretched**" if c.stretched else "**short**", None: "—"}[c.kept],
             fmt(c.worker_cores, "{:.2f}"), fmt(c.engine_core_cores, "{:.2f}")]
 
 
@@ -52,10 +55,11 @@ def step_table(s: CompareSummary) -> list[Table]:
         return []
     names = _names(s)
     return [("The emulated engine step", f"Configured: {s.emulated_step.text()}, for the mix of each window "
-             "(steps and their tokens from vllm:iteration_tokens_total; prompt tokens = finished requests × the "
-             "prompt length). Measured: the engine's mean inter-token latency (vllm:inter_token_latency_seconds), "
-             f"its step while decoding. Kept: within {TOLERANCE:.0%}. Worker and EngineCore: cores during the level "
-             "(the worker sleeps out each step, as one waiting on its GPU).",
+             "(steps: vllm:iteration_tokens_total's count; generated and prompt tokens: "
+             "vllm:generation_tokens_total and vllm:prompt_tokens_total). Measured: the engine's mean inter-token "
+             f"latency (vllm:inter_token_latency_seconds), its step while decoding. Kept: within {TOLERANCE:.0%}. "
+             "Worker and EngineCore: cores during the level (the worker sleeps out each step, as one waiting on "
+             "its GPU).",
              ["level", "deployment", "tokens per step", "configured ms", "measured ms", "off", "step",
               "worker cores", "EngineCore cores"],
              [_row(c, names, s.open_loop) for c in checks])]

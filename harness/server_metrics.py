@@ -24,6 +24,8 @@ class ServerLevelMetrics(BaseModel):
     preemptions: float | None = None  # counter deltas over the level
     prefix_cache_hits: float | None = None
     prefix_cache_queries: float | None = None
+    generation_tokens: float | None = None
+    prompt_tokens: float | None = None
     layer: dict[str, float] = {}  # LayerMetric.key -> value over the level
     # the engine's own view of the measured window, from its histograms' _sum/_count deltas between the window's
     # edge scrapes: mean TTFT and E2E in ms, and how many requests they count (None: the layer hides them)

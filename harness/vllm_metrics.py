@@ -23,7 +23,8 @@ KEY_FAMILIES = {
 GAUGES = {"running": "vllm:num_requests_running", "waiting": "vllm:num_requests_waiting",
           "kv_cache_usage": "vllm:kv_cache_usage_perc"}
 COUNTERS = {"preemptions": "vllm:num_preemptions_total", "prefix_cache_hits": "vllm:prefix_cache_hits_total",
-            "prefix_cache_queries": "vllm:prefix_cache_queries_total"}
+            "prefix_cache_queries": "vllm:prefix_cache_queries_total",
+            "generation_tokens": "vllm:generation_tokens_total", "prompt_tokens": "vllm:prompt_tokens_total"}
 
 # The engine's own latency, read as mean over a window from _sum/_count deltas (set beside the client's).
 HISTOGRAMS = {"engine_ttft": "vllm:time_to_first_token_seconds", "engine_e2e": "vllm:e2e_request_latency_seconds",

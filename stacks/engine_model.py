@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 from harness.errors import LayerbenchError
@@ -41,13 +42,14 @@ def model_dir(engine: EngineSettings, tiny: Path = MODEL_DIR) -> Path:
         try:
             tmp.rename(out)
         except OSError:  # another process wrote it first: theirs is the same
-            pass
+            shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
 def engine_model_env(engine: EngineSettings) -> dict[str, str]:
-    """What the engine's processes need in their environment for this model."""
-    return {BLOCKING_WAIT_ENV: "1"} if engine.model == "gpu-like" else {}
+    """What the engine's processes need in their environment for this model: blocking queue readers, and not
+    vLLM's optional spin-loop extension, which would spin 100 ms before each blocking wait."""
+    return {BLOCKING_WAIT_ENV: "1", "VLLM_USE_SPINLOOP_EXT": "0"} if engine.model == "gpu-like" else {}
 
 
 def check_target(engine: EngineSettings, target: str) -> None:

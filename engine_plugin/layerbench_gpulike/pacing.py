@@ -2,21 +2,26 @@
 
 The step is paced from one forward's start to the next, not only over forward(): the time vLLM spends between two
 back-to-back forwards (sampling, output processing, preparing the next batch: 2–5 ms per step on a 2-core host)
-is work a GPU host does on its CPU too, so it is taken out of the sleep. A step whose real work already exceeds
+is work a GPU host does on its CPU too, so it is taken out of the sleep, and so is the sleep's own overshoot
+(waking up late on a busy host). Both are running medians of the last WINDOW steps, so an idle gap between two
+requests or one late wake-up does not move them. A gap longer than the step counts as the whole step: when vLLM's
+own work no longer fits, the pacer stops sleeping instead of adding to it. A step whose real work already exceeds
 its configured time is an overrun: it is not shortened, it is counted and logged (the harness tells such a level
 from the engine's own histograms)."""
 
 from __future__ import annotations
 
 import logging
+import statistics
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 log = logging.getLogger("layerbench_gpulike")
 
 LOG_EVERY_S = 30.0
-SMOOTHING = 0.2  # weight of the newest gap in the running estimate of vLLM's work between two forwards
+WINDOW = 15  # steps in the running medians
 
 
 @dataclass(frozen=True)
@@ -38,22 +43,26 @@ class StepTime:
         return cls(float(raw["base_ms"]), float(raw["decode_ms_per_token"]), float(raw["prefill_ms_per_token"]))
 
 
-def split_tokens(positions: Sequence[int]) -> tuple[int, int]:
-    """(decode tokens, prefill tokens) of a flattened batch. A sequence's tokens sit together with consecutive
-    positions, so a run of length 1 is one decoding sequence and longer runs are prompt chunks. (Two decoding
-    sequences whose positions happen to follow each other read as a 2-token chunk: a rare, small error.)"""
-    decode = prefill = 0
-    run = 0
+def split_lengths(query_lens: Sequence[int]) -> tuple[int, int]:
+    """(decoding sequences, prompt tokens) of a batch from each request's tokens in it: a request with one token
+    is decoding, a longer one is prefilling its prompt (or a chunk of it)."""
+    decode = sum(1 for n in query_lens if n == 1)
+    return decode, sum(n for n in query_lens if n > 1)
+
+
+def split_positions(positions: Sequence[int]) -> tuple[int, int]:
+    """The same from token positions alone, where the batch's request boundaries are not at hand: a request's
+    tokens sit together with consecutive positions. (Two decoding requests whose positions happen to follow each
+    other read as a 2-token prompt chunk.)"""
+    lens: list[int] = []
     prev: int | None = None
     for p in positions:
         if prev is not None and p == prev + 1:
-            run += 1
+            lens[-1] += 1
         else:
-            decode, prefill = (decode + 1, prefill) if run == 1 else (decode, prefill + run)
-            run = 1
+            lens.append(1)
         prev = p
-    decode, prefill = (decode + 1, prefill) if run == 1 else (decode, prefill + run)
-    return decode, prefill
+    return split_lengths(lens)
 
 
 @dataclass
@@ -63,20 +72,27 @@ class Pacer:
     step: StepTime
     clock: Callable[[], float] = time.perf_counter
     sleep: Callable[[float], None] = time.sleep
-    outside_s: float = 0.0  # running estimate of vLLM's own work between back-to-back forwards
+    gaps: deque = field(default_factory=lambda: deque(maxlen=WINDOW))  # vLLM's work between forwards (s)
+    overshoots: deque = field(default_factory=lambda: deque(maxlen=WINDOW))  # sleeps' lateness (s)
     prev_end: float | None = None
     stats: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
         ("steps", "overruns", "configured_ms", "slept_ms"), 0.0))
     last_log: float = field(default_factory=time.monotonic)
 
+    @staticmethod
+    def _median(xs: deque) -> float:
+        return statistics.median(xs) if xs else 0.0
+
     def finish(self, started: float, decode: int, prefill: int) -> float:
         """Called when forward's compute is done (started: its clock() at entry); returns the seconds slept."""
         target = self.step.ms(decode, prefill) / 1e3
-        if self.prev_end is not None and (gap := started - self.prev_end) < target:  # came straight back
-            self.outside_s = gap if self.stats["steps"] < 2 else (1 - SMOOTHING) * self.outside_s + SMOOTHING * gap
-        rest = target - (self.clock() - started) - self.outside_s
+        if self.prev_end is not None:
+            self.gaps.append(min(started - self.prev_end, target))
+        rest = target - (self.clock() - started) - self._median(self.gaps) - self._median(self.overshoots)
         if rest > 0:
+            t0 = self.clock()
             self.sleep(rest)
+            self.overshoots.append(max(self.clock() - t0 - rest, 0.0))
         else:
             self.stats["overruns"] += 1
         self.prev_end = self.clock()
@@ -87,7 +103,7 @@ class Pacer:
         if (now := time.monotonic()) - self.last_log >= LOG_EVERY_S:
             self.last_log = now
             n = max(s["steps"], 1.0)
-            log.warning("layerbench gpu-like step: %d steps, configured %.2f ms and slept %.2f ms per step on "
-                        "average; %d overran their configured time", s["steps"], s["configured_ms"] / n,
-                        s["slept_ms"] / n, s["overruns"])
+            log.info("layerbench gpu-like step: %d steps, configured %.2f ms and slept %.2f ms per step on "
+                     "average; %d overran their configured time", s["steps"], s["configured_ms"] / n,
+                     s["slept_ms"] / n, s["overruns"])
         return max(rest, 0.0)

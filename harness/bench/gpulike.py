@@ -12,7 +12,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from rich.progress import Progress
+from rich.progress import Progress, TaskID
 
 from harness.bench.figures import Verdict
 from harness.bench.section import Context, SectionResult
@@ -24,14 +24,14 @@ from harness.prompts import PromptGenerator, new_run_id
 from harness.runner import run_level
 from harness.scraper import Scraper
 from harness.server_metrics import summarise
-from stacks.base import DeploySettings
+from stacks.base import DeploySettings, Stack
 
 LEVELS = (1, 16, 64)
 CHECKED = (1, 16)  # the levels the step must be kept at (within TOLERANCE)
 NEAR_IDLE_CORES = 0.25  # the GPU-like worker at c=1 must use less than this (the tiny model's worker: ~1 core)
 
 
-def _window(stack, profile: LoadProfile, client: StreamClient, gen: PromptGenerator, c: int, tmp: Path) -> dict:
+def _window(stack: Stack, profile: LoadProfile, client: StreamClient, gen: PromptGenerator, c: int, tmp: Path) -> dict:
     scraper = Scraper(stack.metric_endpoints(), 2.0, tmp / "scrapes.jsonl", policy="boundary")
     with scraper:
         scraper.level = c
@@ -45,7 +45,7 @@ def _window(stack, profile: LoadProfile, client: StreamClient, gen: PromptGenera
     return {
         "concurrency": c, "failed": sum(not r["ok"] for r in run.records),
         "measured_ms": server.engine_itl_ms,
-        "configured_ms": configured_ms(step, server, profile.input_tokens) if step else None,
+        "configured_ms": configured_ms(step, server) if step else None,
         "tokens_per_step": server.engine_step_tokens / server.engine_steps if server.engine_steps else None,
         "worker_cores": sum(v for k, v in cores.items() if k.endswith(WORKER)),
         "engine_core_cores": sum(v for k, v in cores.items() if k.endswith(ENGINE_CORE)),
@@ -53,7 +53,7 @@ def _window(stack, profile: LoadProfile, client: StreamClient, gen: PromptGenera
         "client_cpu_pct": run.client.cpu_pct}
 
 
-def _model(engine: EngineSettings, progress: Progress, task, tmp: Path) -> list[dict]:
+def _model(engine: EngineSettings, progress: Progress, task: TaskID, tmp: Path) -> list[dict]:
     from stacks.engine_model import model_dir
     from stacks.vllm import VllmStack
 

@@ -16,22 +16,27 @@ from harness.profile import EmulatedStep, EngineSettings, load_profile
 
 PLUGIN = Path(__file__).resolve().parents[2] / "engine_plugin"
 sys.path.insert(0, str(PLUGIN))
-from layerbench_gpulike.pacing import Pacer, StepTime, split_tokens  # noqa: E402
+from layerbench_gpulike.pacing import Pacer, StepTime, split_lengths, split_positions  # noqa: E402
 
 STEP = EmulatedStep(base_ms=10.0, decode_ms_per_token=0.5, prefill_ms_per_token=0.1)
 
 
-def test_split_tokens_counts_decoding_sequences_and_prompt_chunks():
-    assert split_tokens([]) == (0, 0)
-    assert split_tokens([7]) == (1, 0)
-    assert split_tokens([5, 90, 17]) == (3, 0)  # three sequences decoding
-    assert split_tokens([0, 1, 2, 3, 40, 12]) == (2, 4)  # a 4-token prompt chunk, then two decodes
-    assert split_tokens([33, 0, 1, 2, 8, 9, 10, 11, 11]) == (2, 7)  # a chunk resumed at 8 is prefill too
+def test_a_batch_splits_into_decoding_sequences_and_prompt_tokens():
+    assert split_lengths([]) == (0, 0)
+    assert split_lengths([1, 1, 1]) == (3, 0)
+    assert split_lengths([32, 1, 1, 5]) == (2, 37)  # a prompt, two decodes, a chunk of another prompt
+    # from positions alone, where vLLM gives no request boundaries
+    assert split_positions([7]) == (1, 0)
+    assert split_positions([5, 90, 17]) == (3, 0)
+    assert split_positions([0, 1, 2, 3, 40, 12]) == (2, 4)
 
 
 class FakeTime:
-    def __init__(self) -> None:
+    """A clock that advances only when told; sleep() oversleeps by `late`, like a busy host waking a thread."""
+
+    def __init__(self, late: float = 0.0) -> None:
         self.t = 0.0
+        self.late = late
         self.slept: list[float] = []
 
     def clock(self) -> float:
@@ -39,23 +44,47 @@ class FakeTime:
 
     def sleep(self, s: float) -> None:
         self.slept.append(s)
-        self.t += s
+        self.t += s + self.late
+
+
+def steps(pacer: Pacer, ft: FakeTime, n: int, compute: float, outside: float, idle_every: int = 0,
+          idle: float = 0.0) -> list[float]:
+    """Runs n forwards (compute inside, `outside` between, an idle gap every idle_every); their start times."""
+    starts = []
+    for i in range(n):
+        starts.append(ft.t)
+        ft.t += compute
+        pacer.finish(starts[-1], decode=4, prefill=0)
+        ft.t += outside + (idle if idle_every and i % idle_every == idle_every - 1 else 0.0)
+    return starts
+
+
+def periods(starts: list[float], skip: int = 3) -> list[float]:
+    return [b - a for a, b in zip(starts[skip:], starts[skip + 1:], strict=False)]
 
 
 def test_pacer_keeps_the_configured_period_from_one_forward_to_the_next():
-    """2 ms of compute inside forward and 3 ms of vLLM's own work between forwards: the sleep takes both out,
-    so forwards start every configured step (10 + 0.5 × 4 = 12 ms), not every 17 ms."""
+    """2 ms of compute inside forward, 3 ms of vLLM's own work between forwards and 1 ms of lateness in every
+    sleep: all of it comes out of the sleep, so forwards start every configured step (10 + 0.5 × 4 = 12 ms)."""
+    ft = FakeTime(late=0.001)
+    pacer = Pacer(StepTime(10.0, 0.5, 0.1), clock=ft.clock, sleep=ft.sleep)
+    assert periods(steps(pacer, ft, 30, 0.002, 0.003)) == pytest.approx([0.012] * 26, abs=1e-6)
+    assert pacer.stats["overruns"] == 0
+
+
+def test_an_idle_gap_between_requests_does_not_shorten_the_steps_after_it():
     ft = FakeTime()
     pacer = Pacer(StepTime(10.0, 0.5, 0.1), clock=ft.clock, sleep=ft.sleep)
-    starts = []
-    for _ in range(20):
-        starts.append(ft.t)
-        ft.t += 0.002  # forward's compute
-        pacer.finish(starts[-1], decode=4, prefill=0)
-        ft.t += 0.003  # sampling, output processing, the next batch
-    periods = [b - a for a, b in zip(starts[5:], starts[6:], strict=False)]
-    assert periods == pytest.approx([0.012] * len(periods), abs=1e-6)
-    assert pacer.stats["overruns"] == 0
+    starts = steps(pacer, ft, 64, 0.002, 0.003, idle_every=16, idle=0.008)  # 8 ms more, every 16th step
+    busy = [p for p in periods(starts) if p < 0.0125]
+    assert busy and busy == pytest.approx([0.012] * len(busy), abs=1e-6)
+
+
+def test_when_vllms_own_work_exceeds_the_step_the_pacer_stops_sleeping():
+    ft = FakeTime()
+    pacer = Pacer(StepTime(10.0, 0.5, 0.1), clock=ft.clock, sleep=ft.sleep)
+    steps(pacer, ft, 40, 0.002, 0.015)  # 15 ms between forwards against a 12 ms step
+    assert len(ft.slept) == 1 and pacer.stats["overruns"] == 39  # only the first step, before any gap was seen
 
 
 def test_pacer_counts_a_step_it_cannot_honour_and_never_shortens_it():
@@ -153,10 +182,11 @@ def test_configured_step_follows_the_windows_mix_and_a_slow_level_is_flagged():
     from harness.server_metrics import ServerLevelMetrics
     from tests.unit.test_report_decision import compare, pair
 
-    # 100 steps, 1,700 tokens: 20 requests × 32 prompt tokens = 640 prefill, 1,060 decode -> 10.6 decoding per step
-    server = ServerLevelMetrics(engine_requests=20, engine_steps=100, engine_step_tokens=1700, engine_itl_ms=15.0)
-    assert configured_ms(STEP, server, 32) == pytest.approx(10.0 + 0.5 * 10.6 + 0.1 * 6.4)
-    assert configured_ms(STEP, ServerLevelMetrics(), 32) is None  # the histogram hidden: nothing to check
+    # 100 steps: 1,060 tokens generated, 640 prompt tokens -> 10.6 decoding sequences and 6.4 prompt tokens a step
+    server = ServerLevelMetrics(engine_steps=100, engine_step_tokens=1700, generation_tokens=1060, prompt_tokens=640,
+                                engine_itl_ms=15.0)
+    assert configured_ms(STEP, server) == pytest.approx(10.0 + 0.5 * 10.6 + 0.1 * 6.4)
+    assert configured_ms(STEP, ServerLevelMetrics()) is None  # the histogram hidden: nothing to check
 
     def windows(level: int, itl: float) -> list:
         out = pair(level, 100.0)
@@ -164,17 +194,19 @@ def test_configured_step_follows_the_windows_mix_and_a_slow_level_is_flagged():
             lv.server = server.model_copy(update={"engine_itl_ms": itl})
         return out
 
-    s = compare(windows(1, 16.0) + windows(16, 30.0), windows(1, 16.5) + windows(16, 16.9))
-    s.emulated_step, s.input_tokens = STEP, 32
+    # configured 15.94 ms: 16.0 and 16.9 are kept, 30.0 was stretched, 12.0 undershot
+    s = compare(windows(1, 16.0) + windows(16, 30.0), windows(1, 12.0) + windows(16, 16.9))
+    s.emulated_step = STEP
     checks = {(c.side, c.level): c for c in step_checks(s)}
     assert len(checks) == 4
-    assert not checks[("baseline", 1)].stretched and checks[("baseline", 16)].stretched
-    assert [w for w in step_warnings(s) if "stretched" in w] == [step_warnings(s)[0]]
-    assert "vllm at c=16" in step_warnings(s)[0]
+    assert [checks[k].kept for k in (("baseline", 1), ("baseline", 16), ("stack", 1), ("stack", 16))] == [
+        True, False, False, True]
+    warned = step_warnings(s)
+    assert len(warned) == 2 and "stretched** (vllm at c=16)" in warned[0] and "short** (ray at c=1)" in warned[1]
     first = step_line(s)[0]
-    assert first.startswith("**engine step emulated (gpu-like)**: 10 ms per step") and "3 of 4" in first
+    assert first.startswith("**engine step emulated (gpu-like)**: 10 ms per step") and "2 of 4" in first
     (_, _, header, rows), = step_table(s)
     assert header[:5] == ["level", "deployment", "tokens per step", "configured ms", "measured ms"]
-    assert sum(r[6] == "**stretched**" for r in rows) == 1
+    assert sorted(r[6] for r in rows) == ["**short**", "**stretched**", "kept", "kept"]
     s.emulated_step = None  # the tiny model computes its step: nothing emulated, nothing said
     assert step_checks(s) == [] and step_line(s) == [] and step_table(s) == []
