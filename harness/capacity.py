@@ -101,9 +101,9 @@ def probe_of(lv: LevelSummary, sla: SLA, phase: Literal["coarse", "bisect"],
     why = []
     errors = s.failed / s.sent if s.sent else 1.0
     if s.ttft_ms.p95 is None or s.ttft_ms.p95 > sla.ttft_p95_s * 1e3:
-        why.append(f"TTFT p95 {_ms(s.ttft_ms.p95)} > {sla.ttft_p95_s * 1e3:g} ms")
+        why.append(f"TTFT p95 {_ms(s.ttft_ms.p95, sla.ttft_p95_s * 1e3)} > {sla.ttft_p95_s * 1e3:g} ms")
     if sla.itl_p95_s is not None and (s.itl_ms.p95 is None or s.itl_ms.p95 > sla.itl_p95_s * 1e3):
-        why.append(f"ITL p95 {_ms(s.itl_ms.p95)} > {sla.itl_p95_s * 1e3:g} ms")
+        why.append(f"ITL p95 {_ms(s.itl_ms.p95, sla.itl_p95_s * 1e3)} > {sla.itl_p95_s * 1e3:g} ms")
     if errors > MAX_ERROR_SHARE:
         why.append(f"{100 * errors:.0f}% of requests failed ({', '.join(f'{k} {v}' for k, v in s.errors.items())})")
     return Probe(level=float(lv.stats.level), phase=phase, held=not why, why=why, ttft_p95_ms=s.ttft_ms.p95,
@@ -111,8 +111,11 @@ def probe_of(lv: LevelSummary, sla: SLA, phase: Literal["coarse", "bisect"],
                  waiting_max=seen.waiting_max, running_max=seen.running_max, kv_cache_usage_max=seen.kv_cache_usage_max)
 
 
-def _ms(v: float | None) -> str:
-    return "—" if v is None else f"{v:.0f} ms"
+def _ms(v: float | None, bound: float | None = None) -> str:
+    """Whole ms, or tenths where whole ms would print a value over `bound` as equal to it ("500 ms > 500 ms")."""
+    if v is None:
+        return "—"
+    return f"{v:.1f} ms" if bound is not None and v > bound and round(v) <= bound else f"{v:.0f} ms"
 
 
 def coarse_levels(profile: LoadProfile, ceiling: float) -> list[float]:
