@@ -91,9 +91,11 @@ def verdicts(rows: list[dict]) -> list[Verdict]:
                            "no data" if r is None else f"measured {fmt(r['measured_ms'], '{:.2f}')} ms, configured "
                            f"{fmt(r['configured_ms'], '{:.2f}')} ms"))
     r = next((x for x in rows if x["model"] == "gpu-like" and x["concurrency"] == 1), None)
+    tiny = next((x for x in rows if x["model"] == "tiny" and x["concurrency"] == 1), None)
     out.append(Verdict(f"GPU-like worker near idle at c=1 (< {NEAR_IDLE_CORES} cores)",
                        None if r is None else r["worker_cores"] < NEAR_IDLE_CORES,
-                       "no data" if r is None else f"{r['worker_cores']:.2f} cores"))
+                       "no data" if r is None else f"{r['worker_cores']:.2f} cores" +
+                       (f"; the tiny model's worker {tiny['worker_cores']:.2f}" if tiny else "")))
     return out
 
 
@@ -103,7 +105,9 @@ def render(rows: list[dict], wall_s: float) -> list[str]:
               fmt(r["measured_ms"], "{:.2f}"),
               fmt(100 * (r["measured_ms"] / r["configured_ms"] - 1) if r["measured_ms"] and r["configured_ms"]
                   else None, "{:+.1f}%"),
-              f"{r['worker_cores']:.2f}", f"{r['engine_core_cores']:.2f}", f"{r['api_server_cores']:.2f}",
+              f"{r['worker_cores']:.2f}",
+              fmt(r["worker_cores"] * r["measured_ms"] if r["measured_ms"] else None, "{:.2f}"),
+              f"{r['engine_core_cores']:.2f}", f"{r['api_server_cores']:.2f}",
               f"{r['client_cpu_pct']:.0f}%", str(r["failed"])] for r in rows]
     return [
         "## The GPU-like engine: configured step against the engine's own",
@@ -112,10 +116,12 @@ def render(rows: list[dict], wall_s: float) -> list[str]:
         f"{step.text() if step else '—'}) and once with the tiny model it wraps, computed on this host. One window "
         f"per level (the profile's sizes), scraped at its edges only. Measured: the engine's mean inter-token "
         "latency; configured: the step for the window's own mix of decoding sequences and prompt tokens. Cores: "
-        "CPU seconds over the window's wall time.",
+        "CPU seconds over the window's wall time; the worker's CPU per step is its cores × the measured step: what the "
+        "sleep does not remove, the tiny model's forward and vLLM's own work in the worker (inputs, sampling).",
         "",
         markdown_table(["model", "c", "tokens per step", "configured ms", "measured ms", "off", "worker cores",
-                        "EngineCore cores", "API server cores", "client CPU", "failed"], table),
+                        "worker CPU ms per step", "EngineCore cores", "API server cores", "client CPU", "failed"],
+                       table),
         "",
         f"- Section wall time {wall_s:.0f} s.",
     ]
