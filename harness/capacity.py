@@ -31,8 +31,8 @@ class SLA(BaseModel):
     itl_p95_s: float | None = Field(None, gt=0)
 
     def text(self) -> str:
-        itl = f"{self.itl_p95_s * 1e3:g} ms" if self.itl_p95_s else "not bounded"
-        return f"TTFT p95 ≤ {self.ttft_p95_s * 1e3:g} ms, ITL p95 ≤ {itl}"
+        itl = f"ITL p95 ≤ {self.itl_p95_s * 1e3:g} ms" if self.itl_p95_s else "ITL p95 not bounded"
+        return f"TTFT p95 ≤ {self.ttft_p95_s * 1e3:g} ms, {itl}"
 
 
 class Probe(BaseModel):
