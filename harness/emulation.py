@@ -5,6 +5,8 @@ window's mix of work against what the engine's own histograms measured.
   taken from the window itself: steps from vllm:iteration_tokens_total's count, generated and prompt tokens from
   vllm:generation_tokens_total and vllm:prompt_tokens_total (their deltas over the window).
 - Measured: the engine's mean inter-token latency, which is its step time while decoding.
+Both only over the windows whose engine counters counted the client's requests (within 10%): behind a layer whose
+exporter lags (Ray's metrics agent), a window's deltas mix in steps from before it.
 
 A level whose measured step is off the configured one by more than TOLERANCE is flagged: longer, it was stretched
 (this host's real work per step, vLLM's scheduling, sampling and output processing, the API server and the layer
@@ -16,7 +18,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from harness.compare import CompareSummary
-from harness.latency_split import mean_of
+from harness.latency_split import counted_off, mean_of
 from harness.profile import EmulatedStep
 from harness.server_metrics import ServerLevelMetrics
 from harness.sweep import LevelSummary
@@ -31,6 +33,8 @@ class StepCheck(BaseModel):
     configured_ms: float | None  # the configured step for this window's mix (mean over repeats)
     measured_ms: float | None  # the engine's mean inter-token latency
     tokens_per_step: float | None
+    windows: int  # complete windows at this level
+    lagged: int  # of which the engine's counters covered other requests than the client's: left out
     worker_cores: float | None
     engine_core_cores: float | None
 
@@ -77,12 +81,15 @@ def step_checks(s: CompareSummary) -> list[StepCheck]:
         for level, lvs in sorted(by_level.items()):
             delta = next((d for d in s.levels if d.level == level), None)
             cpu = getattr(delta, f"{label}_cpu_cores") if delta else {}
+            # a lagging exporter's window mixes in steps from before it: its mean says nothing about the level
+            good = [lv for lv in lvs if not counted_off(lv)]
             out.append(StepCheck(
                 side=label, level=level,
-                configured_ms=mean_of([configured_ms(step, lv.server) for lv in lvs]),
-                measured_ms=mean_of([lv.server.engine_itl_ms for lv in lvs]),
+                configured_ms=mean_of([configured_ms(step, lv.server) for lv in good]),
+                measured_ms=mean_of([lv.server.engine_itl_ms for lv in good]),
                 tokens_per_step=mean_of([lv.server.engine_step_tokens / lv.server.engine_steps
                                          if lv.server.engine_steps and lv.server.engine_step_tokens is not None
-                                         else None for lv in lvs]),
+                                         else None for lv in good]),
+                windows=len(lvs), lagged=len(lvs) - len(good),
                 worker_cores=_cores(cpu, WORKER), engine_core_cores=_cores(cpu, ENGINE_CORE)))
     return out

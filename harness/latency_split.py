@@ -62,7 +62,9 @@ def mean_of(vals: list[float | None]) -> float | None:
     return float(np.mean(got)) if got else None
 
 
-def _counted_off(lv: LevelSummary) -> bool:
+def counted_off(lv: LevelSummary) -> bool:
+    """The engine's histograms over this window counted more than COUNT_TOLERANCE other requests than the client
+    (an exporter that lags, as Ray's metrics agent does, shifts its window)."""
     n, ok = lv.server.engine_requests, lv.stats.succeeded
     return n is not None and bool(ok) and abs(n - ok) > COUNT_TOLERANCE * ok
 
@@ -74,7 +76,7 @@ def side_split(levels: list[LevelSummary]) -> SideSplit | None:
     if not done:
         return None
     counted = [lv for lv in done if lv.server.engine_requests is not None]  # a missed edge scrape counts none
-    matched = [lv for lv in counted if not _counted_off(lv)]
+    matched = [lv for lv in counted if not counted_off(lv)]
     # client − engine pairs the same windows: the client's mean follows the engine's repeats when any matched
     basis = matched or done
     return SideSplit(client_ttft_ms=mean_of([lv.stats.ttft_ms.mean for lv in basis]),

@@ -206,7 +206,37 @@ def test_configured_step_follows_the_windows_mix_and_a_slow_level_is_flagged():
     first = step_line(s)[0]
     assert first.startswith("**engine step emulated (gpu-like)**: 10 ms per step") and "2 of 4" in first
     (_, _, header, rows), = step_table(s)
-    assert header[:5] == ["level", "deployment", "tokens per step", "configured ms", "measured ms"]
-    assert sorted(r[6] for r in rows) == ["**short**", "**stretched**", "kept", "kept"]
+    assert header[:6] == ["level", "deployment", "windows", "tokens per step", "configured ms", "measured ms"]
+    assert sorted(r[7] for r in rows) == ["**short**", "**stretched**", "kept", "kept"]
     s.emulated_step = None  # the tiny model computes its step: nothing emulated, nothing said
     assert step_checks(s) == [] and step_line(s) == [] and step_table(s) == []
+
+
+def test_a_window_whose_engine_counted_other_requests_is_left_out_of_the_step_check():
+    """Ray's metrics agent exports with a lag: a window's deltas then mix in steps from before it (measured behind
+    Ray Serve: 215 requests counted for the client's 100, and a step 2x the configured one)."""
+    from harness.emulation import step_checks
+    from harness.emulation_report import step_line, step_table
+    from harness.server_metrics import ServerLevelMetrics
+    from tests.unit.test_report_decision import compare, pair
+
+    def windows(level: int, itls: tuple[float, float], counted: tuple[int, int]) -> list:
+        out = pair(level, 100.0)
+        for lv, itl, n in zip(out, itls, counted, strict=True):
+            lv.server = ServerLevelMetrics(engine_steps=100, engine_step_tokens=1700, generation_tokens=1060,
+                                           prompt_tokens=640, engine_itl_ms=itl,
+                                           engine_requests=n * lv.stats.succeeded)
+        return out
+
+    s = compare(windows(1, (16.0, 16.0), (1, 1)), windows(1, (16.0, 40.0), (1, 2)))
+    s.emulated_step = STEP
+    checks = {c.side: c for c in step_checks(s)}
+    assert (checks["stack"].windows, checks["stack"].lagged) == (2, 1)
+    assert checks["stack"].measured_ms == pytest.approx(16.0) and checks["stack"].kept  # not (16 + 40) / 2
+    (_, _, _, rows), = step_table(s)
+    assert sorted(r[2] for r in rows) == ["1 of 2", "2 of 2"]
+    s2 = compare(windows(1, (16.0, 16.0), (1, 1)), windows(1, (40.0, 40.0), (2, 2)))
+    s2.emulated_step = STEP
+    stack = next(c for c in step_checks(s2) if c.side == "stack")
+    assert stack.measured_ms is None and stack.kept is None  # every window lagged: not checked, not "stretched"
+    assert "not checked at 1" in step_line(s2)[0]
