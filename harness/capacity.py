@@ -50,6 +50,7 @@ class Probe(BaseModel):
     waiting_max: float | None
     running_max: float | None
     kv_cache_usage_max: float | None
+    on_gpu: bool = False  # measured on a GPU host: the CPU-host reading of a slow step does not apply
 
 
 class CapacityResult(BaseModel):
@@ -94,7 +95,7 @@ def gauge_profile(profile: LoadProfile) -> LoadProfile | None:
 
 
 def probe_of(lv: LevelSummary, sla: SLA, phase: Literal["coarse", "bisect"],
-             gauges: LevelSummary | None = None) -> Probe:
+             gauges: LevelSummary | None = None, on_gpu: bool = False) -> Probe:
     """The SLA verdict from the measured level; the engine's gauges from `gauges` (the polled pass) if given."""
     s = lv.stats
     seen = (gauges or lv).server
@@ -108,7 +109,8 @@ def probe_of(lv: LevelSummary, sla: SLA, phase: Literal["coarse", "bisect"],
         why.append(f"{100 * errors:.0f}% of requests failed ({', '.join(f'{k} {v}' for k, v in s.errors.items())})")
     return Probe(level=float(lv.stats.level), phase=phase, held=not why, why=why, ttft_p95_ms=s.ttft_ms.p95,
                  itl_p95_ms=s.itl_ms.p95, tok_s=s.throughput_tok_s, goodput=s.goodput, error_share=errors,
-                 waiting_max=seen.waiting_max, running_max=seen.running_max, kv_cache_usage_max=seen.kv_cache_usage_max)
+                 waiting_max=seen.waiting_max, running_max=seen.running_max, kv_cache_usage_max=seen.kv_cache_usage_max,
+                 on_gpu=on_gpu)
 
 
 def _ms(v: float | None, bound: float | None = None) -> str:
@@ -206,7 +208,7 @@ def of_levels(label: str, stack: str, run: RunSummary, sla: SLA) -> CapacityResu
     by_level: dict[float, list[Probe]] = {}
     for lv in run.levels:
         if lv.incomplete is None:
-            by_level.setdefault(float(lv.stats.level), []).append(probe_of(lv, sla, "coarse"))
+            by_level.setdefault(float(lv.stats.level), []).append(probe_of(lv, sla, "coarse", on_gpu=bool(run.devices)))
     if not by_level:
         return None
     probes = [next((p for p in ps if not p.held), max(ps, key=lambda p: p.ttft_p95_ms or 0.0))
@@ -269,9 +271,9 @@ def _how(before: Probe | None, at: Probe, sla: SLA, closed_loop: bool = True) ->
         return "queueing", (f"{moved}: at most {running:.0f} of the {at.level:g} requests ran in the engine at "
                             "once and none waited there: the rest were held in front of it, in the layer")
     if waiting == 0 and running:
+        host = "" if at.on_gpu else " (on a CPU host the engine shares its cores with the server and the client)"
         return "slow first token", (f"{moved} with every request running and none waiting in the engine: prefill "
-                                    "and the engine's steps slowed under the load (on a CPU host the engine shares "
-                                    "its cores with the server and the client), not a queue")
+                                    f"and the engine's steps slowed under the load{host}, not a queue")
     return "queueing", (f"{moved}: the first token waited; the engine's gauges did not see the load, so the queue "
                         "is inferred from TTFT alone")
 
@@ -299,7 +301,7 @@ def searcher(sla: SLA, ceiling: float, on_result: Callable[[CapacityResult], Non
                 side = summary.model_copy(update={"label": f"{summary.label}-gauges", "levels": []}, deep=True)
                 measure(stack, _one_level(gauges, x), writer, side, console, repeats=1)
                 polled = side.levels[-1] if side.levels else None
-            measured = [probe_of(lv, sla, phase, polled) for lv in summary.levels[n:]]
+            measured = [probe_of(lv, sla, phase, polled, bool(stack.settings.devices)) for lv in summary.levels[n:]]
             worst = next((p for p in measured if not p.held), measured[-1])  # every repeat must hold
             so_far.append(worst)
             on_result(judge(summary.label, stack.kind, kind, sla, so_far))

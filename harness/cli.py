@@ -11,7 +11,15 @@ import sys
 import time
 from pathlib import Path
 
-from harness.cliutil import console, err_console, parse_options, recorded, settings_for
+from harness.cliutil import (
+    add_model_arguments,
+    console,
+    err_console,
+    parse_options,
+    profile_for,
+    recorded,
+    settings_for,
+)
 from harness.cost import price
 from harness.errors import LayerbenchError
 from harness.profile import load_profile
@@ -23,12 +31,12 @@ from harness.targets import add_target_arguments, check_target, run_target
 def cmd_run(args: argparse.Namespace) -> int:
     from stacks.base import get_stack
 
-    profile = load_profile(args.profile or "quick")
+    profile = profile_for(args)
     cost = price(args.gpu_hourly_usd)
     stack_cls = get_stack(args.stack)
     run_id = new_run_id(args.stack)
     stack = stack_cls(settings_for(args, profile, Path(args.results_dir) / run_id / "logs"))  # validates options
-    if args.target != "local":
+    if args.target != "local" or args.dry_run:
         return run_target("run", args, stack, profile, run_id, args.repeats, console)
     from harness.output import cost_markdown, summary_markdown
     from harness.session import deploy_and_measure, place
@@ -74,12 +82,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         args.stack, args.opt = plan.stack, [f"{k}={v}" for k, v in plan.options.items()]
     elif not args.stack:
         raise LayerbenchError("compare needs --stack (or --resume RUN_ID)")
-    profile = plan.profile if plan else load_profile(args.profile or "quick")
+    profile = plan.profile if plan else profile_for(args)
     stack_cls = get_stack(args.stack)
     repeats = plan.repeats if plan else args.repeats or max(profile.repeats, 2)  # a noise band needs >= 2 sweeps
     run_id = plan.run_id if plan else new_run_id(f"compare-{args.stack}")
     stack = stack_cls(settings_for(args, profile, results / run_id / "logs"))  # validates options
-    if args.target != "local":
+    if args.target != "local" or args.dry_run:
         return run_target("compare", args, stack, profile, run_id, repeats, console)
     from harness.compare import latest_aa, observer_effect, run_compare
     from harness.report import REPORTS_DIR, write_report
@@ -126,13 +134,13 @@ def cmd_audit(args: argparse.Namespace) -> int:
     survives; no throughput is measured."""
     from stacks.base import get_stack
 
-    profile = load_profile(args.profile or "quick").model_copy(update={
+    profile = profile_for(args).model_copy(update={
         "concurrency": [2], "rates": None, "requests": 6, "requests_per_concurrency": 0, "min_duration_s": 2.5,
         "warmup_waves": 0, "repeats": 1})
     stack_cls = get_stack(args.stack)
     run_id = new_run_id(f"audit-{args.stack}")
     stack = stack_cls(settings_for(args, profile, Path(args.results_dir) / run_id / "logs"))  # validates options
-    if args.target != "local":
+    if args.target != "local" or args.dry_run:
         return run_target("audit", args, stack, profile, run_id, None, console)
     from harness.audit import audit_from_scrapes
     from harness.report import audit_gist, audit_markdown
@@ -210,6 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what one GPU costs per hour (default: $GPU_HOURLY_USD)")
     r.add_argument("--results-dir", type=inputs.results_dir, default=str(RESULTS_DIR), help=results_help)
     add_target_arguments(r)
+    add_model_arguments(r)
     r.set_defaults(func=cmd_run)
 
     c = sub.add_parser("compare", help="a stack against its version-matched bare vLLM; writes a report")
@@ -227,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--results-dir", type=inputs.results_dir, default=str(RESULTS_DIR), help=results_help)
     c.add_argument("--reports-dir", type=inputs.results_dir, default=None, help="default: reports/")
     add_target_arguments(c)
+    add_model_arguments(c)
     c.set_defaults(func=cmd_compare)
 
     a = sub.add_parser("audit", help="which vllm:* metrics survive behind the layer")
@@ -236,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--opt", action="append", metavar="KEY=VALUE")
     a.add_argument("--results-dir", type=inputs.results_dir, default=str(RESULTS_DIR), help=results_help)
     add_target_arguments(a)
+    add_model_arguments(a)
     a.set_defaults(func=cmd_audit)
 
     from harness.cli_decide import add_parsers

@@ -10,15 +10,18 @@ import time
 from pathlib import Path
 
 from harness import inputs
-from harness.cliutil import console, recorded, settings_for
+from harness.cliutil import add_model_arguments, console, profile_for, recorded, settings_for
 from harness.cost import price
 from harness.errors import LayerbenchError
-from harness.profile import EngineSettings, load_profile
+from harness.profile import EngineSettings
 from harness.prompts import new_run_id
 from harness.results import RESULTS_DIR, RunWriter
 
 
 def _local_only(args: argparse.Namespace, what: str) -> None:
+    if getattr(args, "dry_run", False):
+        raise LayerbenchError(f"{what} has no dry run: `layerbench compare --dry-run` (make compare ... "
+                              "ARGS=--dry-run) shows what its deployments would be")
     if getattr(args, "target", "local") != "local":
         raise LayerbenchError(f"{what} runs on the local target only; for a cluster, measure its Service with "
                               "STACK=endpoint URL=...")
@@ -32,7 +35,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
 
     _local_only(args, "capacity")
     cost = price(args.gpu_hourly_usd)
-    profile = load_profile(args.profile or "quick")
+    profile = profile_for(args)
     sla = SLA(ttft_p95_s=args.sla_ttft_p95 or profile.slo.ttft_s, itl_p95_s=args.sla_itl_p95 or profile.slo.itl_p95_s)
     stack_cls = get_stack(args.stack)
     run_id = new_run_id(f"capacity-{args.stack}")
@@ -91,7 +94,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                               "and behind the layer) or OPT=key=v1,v2 (a stack option, each shape against the bare "
                               "engine)")
     cost = price(args.gpu_hourly_usd)
-    profile = load_profile(args.profile or "quick")
+    profile = profile_for(args)
     stack_cls = get_stack(args.stack)
     kind = "setting" if args.setting else "option"
     run_id = new_run_id(f"sweep-{args.stack}")
@@ -152,6 +155,7 @@ def add_parsers(sub, profile_help: str, results_help: str) -> None:
                        help="what one GPU costs per hour: reports add the run's cost and $ per million output tokens "
                        "(default: $GPU_HOURLY_USD)")
         add_target_arguments(p)
+        add_model_arguments(p)
 
     c = sub.add_parser("capacity", help="the highest load that meets a TTFT/ITL p95 SLA, and how it breaks")
     common(c)

@@ -26,7 +26,8 @@ def cmd_render(args: argparse.Namespace) -> int:
     summary = load_compare(run_dir)
     cost = price(args.gpu_hourly_usd)
     profile = recorded_profile(run_dir)
-    model = MODEL_DIR if profile is not None and get_stack(summary.stack).loads_model else None
+    served = summary.model.path if summary.model is not None and summary.model.path else MODEL_DIR  # as recorded
+    model = served if profile is not None and get_stack(summary.stack).loads_model else None
     bullets, extra, details = decision_extras(summary, profile.engine, model, cost) if profile else ([], [], [])
     out = Path(args.out_dir) if args.out_dir else REPORTS_DIR / args.run_id
     report = write_report(summary, out, bullets, extra, details, ttfts=ttft_samples(run_dir, summary.measured_repeats))

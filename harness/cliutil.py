@@ -8,10 +8,11 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from pydantic import ValidationError
 from rich.console import Console
 
 from harness.errors import LayerbenchError
-from harness.profile import LoadProfile
+from harness.profile import EngineSettings, LoadProfile, load_profile
 from harness.results import RunWriter
 
 # Wide tables stay readable when output goes to a file or CI log instead of a terminal.
@@ -52,17 +53,61 @@ def recorded(writer: RunWriter):
         writer.finish(out.status, out.reason)
 
 
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """--model, --revision and --gpus: the profile's engine.model, engine.revision and engine.gpus, for once."""
+    from harness import inputs
+
+    parser.add_argument("--model", help="what to serve instead of the profile's engine.model: auto, tiny, gpu-like, "
+                        "a Hugging Face repo id (org/name) or a local model directory (MODEL=)")
+    parser.add_argument("--revision", help="the repo id's branch, tag or commit (REVISION=; default main)")
+    parser.add_argument("--gpus", type=inputs.gpu_list, metavar="I,J", help="GPU indices each deployment may use, "
+                        "as nvidia-smi numbers them (GPUS=; default: the first tensor_parallel_size visible)")
+
+
+def profile_for(args: argparse.Namespace) -> LoadProfile:
+    """The profile named on the command line, with `--model`, `--revision` and `--gpus` (MODEL=, REVISION=,
+    GPUS=) applied to its engine settings, so run.json records what was served."""
+    profile = load_profile(getattr(args, "profile", None) or "quick")
+    update = {k: v for k, v in (("model", getattr(args, "model", None)), ("revision", getattr(args, "revision", None)),
+                                ("gpus", getattr(args, "gpus", None))) if v is not None}
+    if not update:
+        return profile
+    if "model" in update and "revision" not in update:
+        update["revision"] = None  # the profile's revision belongs to the profile's model
+    if update.get("model") not in (None, "gpu-like"):
+        update["step"] = None
+    try:
+        engine = EngineSettings.model_validate({**profile.engine.model_dump(), **update})
+    except ValidationError as e:
+        raise LayerbenchError("--model / --revision / --gpus: " + "; ".join(
+            err["msg"].removeprefix("Value error, ") for err in e.errors())) from None
+    return profile.model_copy(update={"engine": engine})
+
+
 def settings_for(args: argparse.Namespace, profile: LoadProfile, log_dir: Path):
-    from stacks.base import DeploySettings
-    from stacks.engine_model import check_target, model_dir
+    """Deployment settings for the profile on the chosen target. On the local target the GPUs are chosen and the
+    model resolved here, before anything is deployed or written (a dry run resolves without downloading);
+    docker and k8s deploy the cluster's model (stacks/k8s/plan.py)."""
+    from harness.gpus import devices_for, host_gpus
+    from stacks.base import MODEL_DIR, DeploySettings, get_stack
+    from stacks.engine_model import check_target, resolve
 
     options = parse_options(getattr(args, "opt", None))
     if getattr(args, "port", None):
         options["port"] = args.port
     target = getattr(args, "target", "local")
-    check_target(profile.engine, target)
-    return DeploySettings(target=target, engine=profile.engine, model_path=model_dir(profile.engine),
-                          url=getattr(args, "url", None), log_dir=log_dir, options=options)
+    engine = profile.engine
+    check_target(engine, target)
+    common = {"target": target, "engine": engine, "url": getattr(args, "url", None), "log_dir": log_dir,
+              "options": options}
+    stack = getattr(args, "stack", None)
+    if target != "local" or (stack and not get_stack(stack).loads_model):
+        return DeploySettings(**common)  # nothing served from this host's model files (an endpoint, the sims)
+    host = host_gpus()
+    devices = devices_for(host, engine.gpus, engine.tensor_parallel_size)
+    model = resolve(engine, host, devices, fetch=not getattr(args, "dry_run", False))
+    return DeploySettings(**common, model_path=model.path or MODEL_DIR, served_model_name=model.served_name,
+                          model=model, devices=devices)
 
 
 def parse_options(pairs: list[str] | None) -> dict[str, str | int | float | bool]:

@@ -24,7 +24,8 @@ from harness.session import Sides, baseline_then_stack, sides
 from harness.stats import Leveled
 from harness.steady import likely_cause
 from harness.sweep import LevelSummary, RunSummary
-from stacks.base import AppliedConfig, PublishedResult, Stack
+from stacks.base import AppliedConfig, PublishedResult, ServedModel, Stack
+from stacks.engine_model import study_comparable
 
 
 class LevelDelta(Leveled):
@@ -55,6 +56,8 @@ class LevelDelta(Leveled):
     scheduled_rate: float | None = None  # open loop: the schedule's rate as drawn (both sides share a schedule)
     baseline_achieved_rate: float | None = None  # open loop: the rate the client actually sent at, req/s
     stack_achieved_rate: float | None = None
+    baseline_gpu: dict[str, float | None] = {}  # gpu_means(): utilisation, memory, power, clocks over the repeats
+    stack_gpu: dict[str, float | None] = {}
 
 
 class AAReference(BaseModel):
@@ -95,6 +98,14 @@ class CompareSummary(BaseModel):
     slo: SLO | None = None  # the profile's, which goodput and the report's capacity are judged by
     renames: tuple[str, ...] | None = None  # the stack's Stack.metric_aliases(), for reading its scrapes again
     emulated_step: EmulatedStep | None = None  # the GPU-like engine's configured step (engine.model: gpu-like)
+    model: ServedModel | None = None  # what both sides served: id, resolved revision, config digest
+    devices: list[int] = []  # the GPUs each side was given (the same for both); [] on a host without GPUs
+    gpu_host: dict | None = None  # the host's GPUs (harness.gpus.GpuHost.to_json); None: no GPU
+
+    @property
+    def on_gpu(self) -> bool:
+        """Measured on a GPU host (the CPU-host readings of the report do not apply)."""
+        return bool(self.devices)
 
     @property
     def open_loop(self) -> bool:
@@ -170,6 +181,24 @@ def _cores(levels: list[LevelSummary]) -> tuple[dict[str, float], float | None]:
     return {k: float(np.mean(v)) for k, v in sorted(acc.items())}, (float(np.mean(client)) if client else None)
 
 
+GPU_KEYS = ("util_pct_mean", "memory_used_mib_max", "power_w_mean", "sm_clock_mhz_mean", "tensor_active_mean")
+
+
+def gpu_means(levels: list[LevelSummary]) -> dict[str, float | None]:
+    """One level's GPU telemetry on one side: the mean over its repeats of the mean (the max for memory) over its
+    GPUs; {} where none was read."""
+    out: dict[str, float | None] = {}
+    for key in GPU_KEYS:
+        per_repeat = []
+        for lv in levels:
+            vals = [getattr(g, key) for g in lv.gpu if getattr(g, key) is not None]
+            if vals:
+                per_repeat.append(max(vals) if key == "memory_used_mib_max" else float(np.mean(vals)))
+        if per_repeat:
+            out[key] = float(np.mean(per_repeat))
+    return out
+
+
 def level_deltas(base: RunSummary | None, stack: RunSummary | None, levels: list[int] | list[float],
                  open_loop: bool | None = None) -> list[LevelDelta]:
     """One delta per level: `levels` are concurrencies, or offered rates when the runs are open-loop (default:
@@ -217,6 +246,7 @@ def level_deltas(base: RunSummary | None, stack: RunSummary | None, levels: list
             baseline_achieved_rate=mean(b, lambda lv: lv.stats.achieved_rate),
             stack_achieved_rate=mean(s, lambda lv: lv.stats.achieved_rate),
             invocations=sorted({lv.invocation for lv in b + s}),
+            baseline_gpu=gpu_means(b), stack_gpu=gpu_means(s),
             incomplete=[f"{side} r{lv.stats.repeat + 1}: {lv.incomplete} ({lv.stats.sent} sent)"
                         for side, levels in (("baseline", b_all), ("stack", s_all)) for lv in levels
                         if lv.incomplete],
@@ -233,13 +263,29 @@ def _unsteady(levels: list[LevelSummary]) -> list[str]:
 def settings_diff(a: AppliedConfig, b: AppliedConfig) -> list[str]:
     """Engine settings both deployments must have applied identically (from /v1/models and the engine log)."""
     diffs = []
-    for field in ("max_model_len", "kv_cache_tokens", "max_concurrency"):
+    for field in ("max_model_len", "kv_cache_tokens", "max_concurrency", "tensor_parallel_size"):
         va, vb = getattr(a, field), getattr(b, field)
         if va is None or vb is None:
             diffs.append(f"{field}: not found ({'baseline' if va is None else 'stack'})")
         elif va != vb:
             diffs.append(f"{field}: baseline {va} vs stack {vb}")
     return diffs
+
+
+def model_diff(model: ServedModel | None, applied: dict[str, AppliedConfig]) -> list[str]:
+    """Each side that reported loading other files than the resolved model (from its engine's config line)."""
+    if model is None:
+        return []
+    return [f"model: {label} loaded {a.model}" + (f" @ {a.revision}" if a.revision else "")
+            + f", not {model.text()}" for label, a in applied.items()
+            if a.model is not None and not model.same_files(a.model, a.revision)]
+
+
+def _gpu_host() -> dict | None:
+    from harness.gpus import host_gpus
+
+    host = host_gpus()
+    return host.to_json() if host else None
 
 
 def check_versions(baseline: Stack, stack: Stack, allow_mismatch: bool) -> dict[str, str]:
@@ -267,7 +313,8 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
     summary = CompareSummary(
         run_id=writer.run_id, stack=stack.kind, baseline_stack=baseline.kind, in_request_path=stack.in_request_path,
         renames=stack.metric_aliases(),
-        shape=stack.shape(), published=stack.published(),
+        shape=stack.shape(), published=stack.published() if study_comparable(profile.name, stack.settings.model)
+        else None, model=stack.settings.model, devices=list(stack.settings.devices), gpu_host=_gpu_host(),
         profile=profile.name, repeats=repeats, versions=versions,
         version_match=versions["baseline"] == versions["stack"],
         applied={}, settings_match=False, settings_mismatches=[], options=dict(stack.settings.options),
@@ -290,7 +337,8 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
     if not summary.version_match and not allow_mismatch:
         summary.failures["versions"] = f"live versions differ: {summary.versions}"
     if "baseline" in summary.applied and "stack" in summary.applied:
-        summary.settings_mismatches = settings_diff(summary.applied["baseline"], summary.applied["stack"])
+        summary.settings_mismatches = settings_diff(summary.applied["baseline"], summary.applied["stack"]) \
+            + model_diff(summary.model, summary.applied)
         summary.settings_match = not summary.settings_mismatches
     summary.levels = level_deltas(summary.runs.get("baseline"), summary.runs.get("stack"), profile.levels(),
                                   profile.open_loop)

@@ -145,3 +145,12 @@ def output_file(s: str) -> str:
     except argparse.ArgumentTypeError as e:
         raise argparse.ArgumentTypeError(f"output file {_shown(s)}: {e}") from None
     return s
+
+
+def gpu_list(s: str) -> list[int]:
+    """GPU indices as nvidia-smi numbers them: "0", "0,1", "2, 3". Whether they exist is checked against the
+    host before anything is deployed (harness.gpus.devices_for)."""
+    parts = [p.strip() for p in s.split(",")]
+    if not parts or any(not _DIGITS.fullmatch(p) for p in parts):
+        raise argparse.ArgumentTypeError(f"GPUs are indices separated by commas (e.g. 0,1), got {_shown(s)}")
+    return [int(p) for p in parts]

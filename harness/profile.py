@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from harness.errors import LayerbenchError
+from harness.models import model_kind
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 
@@ -56,10 +57,18 @@ class EngineSettings(BaseModel):
     """vLLM settings applied identically to a stack and to its baseline."""
 
     model_config = _STRICT
-    model: Literal["tiny", "gpu-like"] = Field(
-        "tiny", description="tiny: the generated 2-layer Qwen2, computed on this host's CPU; gpu-like: the same "
-        "model whose step then sleeps for `step` (the CPU is left free, as a worker waiting on its GPU leaves it)")
+    model: str = Field(
+        "auto", description="auto: the tiny model on a host without a GPU, the layer study's Qwen2.5-1.5B-Instruct "
+        "on a GPU host; tiny: the generated 2-layer Qwen2, computed on this host's CPU; gpu-like: the same model "
+        "whose step then sleeps for `step` (the CPU is left free, as a worker waiting on its GPU leaves it); a "
+        "Hugging Face repo id (org/name, with `revision`); or a local model directory")
+    revision: str | None = Field(None, min_length=1, description="a repo id's branch, tag or commit (default: "
+                                 "main); the commit it resolves to is recorded")
     step: EmulatedStep | None = Field(None, description="gpu-like only: the emulated step time")
+    tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs one engine shards the model over, on "
+                                      "both sides")
+    gpus: list[int] | None = Field(None, description="GPU indices (nvidia-smi's) each deployment may use, the same "
+                                   "for both sides (default: the first tensor_parallel_size visible ones)")
     max_model_len: int = Field(2048, gt=0)
     max_num_seqs: int = Field(64, gt=0)
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "bfloat16"
@@ -71,6 +80,19 @@ class EngineSettings(BaseModel):
                                 "dtype; fp8 halves the KV bytes per token where the engine supports it)")
     extra_args: list[str] = Field(default_factory=list)
 
+    @field_validator("model")
+    @classmethod
+    def _model_form(cls, v: str) -> str:
+        model_kind(v)
+        return v
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpu_indices(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and (not v or any(g < 0 for g in v)):
+            raise ValueError("gpus must be a non-empty list of GPU indices (0, 1, ...), as nvidia-smi -L numbers them")
+        return v
+
     @model_validator(mode="after")
     def _step_with_its_model(self) -> EngineSettings:
         if self.model == "gpu-like" and self.step is None:
@@ -78,6 +100,8 @@ class EngineSettings(BaseModel):
                              "prefill_ms_per_token): the step time it emulates")
         if self.model != "gpu-like" and self.step is not None:
             raise ValueError("engine.step applies to engine.model: gpu-like only")
+        if self.revision is not None and model_kind(self.model) != "hub":
+            raise ValueError(f"engine.revision applies to a Hugging Face repo id, not engine.model {self.model!r}")
         return self
 
 

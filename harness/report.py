@@ -67,7 +67,7 @@ def decision(s: CompareSummary) -> list[str]:
     each side's capacity at the SLO, and what the layer added outside the engine."""
     top = s.top
     b, st = side_names(s)
-    lines = step_line(s)
+    lines = [*model_line(s), *step_line(s)]
     if top is not None:
         ci = f"95% interval {top.ci.text()}: " if top.ci else ""
         lines.append(f"**{s.stack}{f' ({s.shape})' if s.shape else ''}: {top.delta_pct:+.1f}% output tok/s at "
@@ -88,6 +88,25 @@ def decision(s: CompareSummary) -> list[str]:
                                  (("stack", st), ("baseline", b)) if label in caps))
     lines += _where_it_went(s)
     return lines
+
+
+MODEL_WORDS = {"tiny": "the generated 2-layer random Qwen2, computed on this host's CPU",
+               "gpu-like": "the tiny model with an emulated GPU step", "path": "a local model directory",
+               "hub": "from the Hugging Face hub, through the HF cache"}
+
+
+def model_line(s: CompareSummary) -> list[str]:
+    """What both sides served, and where: the line that tells a real-model GPU run from a CPU smoke test."""
+    m = s.model
+    if m is None:
+        return []
+    if s.devices and s.gpu_host:
+        names = {g["index"]: g["name"] for g in s.gpu_host.get("gpus", [])}
+        where = (f"on GPU {', '.join(map(str, s.devices))} ({', '.join(sorted({names.get(d, '?') for d in s.devices}))}"
+                 f"), tensor_parallel_size {len(s.devices)}")
+    else:
+        where = "on this host's CPU (no GPU)"
+    return [f"served: **{m.text()}** ({MODEL_WORDS[m.source]}) {where}, the same on both sides"]
 
 
 def _where_it_went(s: CompareSummary) -> list[str]:

@@ -37,14 +37,20 @@ def git_revision() -> str | None:
 
 
 def host_info() -> dict[str, Any]:
+    """The host a run measured on; `gpu` names its GPUs (model, count, driver, CUDA) and CUDA_VISIBLE_DEVICES."""
     import psutil
 
+    from harness.gpus import host_gpus, no_gpu_reason
+
+    gpus = host_gpus()
     return {
         "hostname": platform.node(),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "gpu": gpus.to_json() if gpus else {"count": 0, "why": no_gpu_reason(),
+                                            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")},
     }
 
 

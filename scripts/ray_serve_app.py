@@ -14,6 +14,17 @@ import sys
 import threading
 
 
+def accelerator_type() -> str | None:
+    """The node's GPU type as Ray itself names it (from the GPU's name), so the engine replica's placement asks
+    for what this node has; None where Ray's accelerator list does not know it."""
+    from ray._private.accelerators import NvidiaGPUAcceleratorManager
+    from ray.util.accelerators import accelerators
+
+    found = NvidiaGPUAcceleratorManager.get_current_node_accelerator_type()
+    known = {v for k, v in vars(accelerators).items() if k.isupper() and isinstance(v, str)}
+    return found if found in known else None
+
+
 def main() -> int:
     cfg = json.loads(open(sys.argv[1]).read())
     import ray
@@ -26,6 +37,7 @@ def main() -> int:
 
     ray.init(
         num_cpus=cfg["num_cpus"],
+        num_gpus=cfg["num_gpus"],
         _temp_dir=cfg["temp_dir"],
         _node_ip_address="127.0.0.1",
         include_dashboard=False,
@@ -36,7 +48,8 @@ def main() -> int:
     serve.start(http_options={"host": "127.0.0.1", "port": cfg["port"]})
     llm = LLMConfig(
         model_loading_config={"model_id": cfg["model_id"], "model_source": cfg["model_source"]},
-        accelerator_config={"kind": "cpu"} if not cfg["gpu"] else None,
+        accelerator_config={"kind": "gpu" if cfg["gpu"] else "cpu"},
+        accelerator_type=accelerator_type() if cfg["gpu"] else None,
         deployment_config={"num_replicas": 1, "max_ongoing_requests": cfg["max_ongoing_requests"]},
         engine_kwargs=cfg["engine_kwargs"],
         experimental_configs={"stream_batching_interval_ms": cfg["stream_batching_interval_ms"]},

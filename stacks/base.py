@@ -38,6 +38,48 @@ class AppliedConfig(BaseModel):
     kv_cache_tokens: int | None = None
     max_concurrency: float | None = None
     max_concurrency_at_tokens: int | None = None
+    # from vLLM's "Initializing a V1 LLM engine ... with config:" line
+    tensor_parallel_size: int | None = None
+    model: str | None = None  # what the engine loaded: a repo id or a directory
+    revision: str | None = None  # the commit it resolved a repo id to (None for a directory)
+
+
+class ServedModel(BaseModel):
+    """The model both sides of a compare serve, resolved once before anything is deployed (stacks.engine_model):
+    what the profile asked for, the exact files on this host, and the identity the report records."""
+
+    source: Literal["tiny", "gpu-like", "hub", "path"]
+    id: str  # a Hugging Face repo id, the directory as given, or "tiny"
+    revision: str | None = None  # hub: the commit the requested revision resolved to
+    requested_revision: str | None = None  # hub: as the profile named it (a branch, tag or commit)
+    path: Path | None = None  # the files: a snapshot inside the HF cache, or a directory (None: not yet fetched)
+    hf_cache: Path | None = None  # hub: the cache every engine reads it from (HF_HUB_CACHE)
+    config_digest: str | None = None  # sha256 of config.json, first 12 hex digits
+    weights_bytes: int | None = None
+    served_name: str = "tiny"  # the name clients ask for (--served-model-name)
+
+    def text(self) -> str:
+        rev = f" @ {self.revision[:12]}" if self.revision else (
+            f" @ {self.requested_revision} (not resolved yet)" if self.requested_revision else "")
+        return f"{self.id}{rev}" + (f", config {self.config_digest}" if self.config_digest else "")
+
+    def engine_ref(self) -> tuple[str, str | None]:
+        """(what the engine's --model gets, its --revision): a repo id and commit for a hub model, so the engine
+        resolves it through the HF cache exactly as a user's would; else the directory."""
+        if self.source == "hub":
+            return self.id, self.revision or self.requested_revision
+        return str(self.path), None
+
+    def same_files(self, model: str | None, revision: str | None) -> bool:
+        """Whether an engine that reported loading (model, revision) loaded these files."""
+        if model is None:
+            return False
+        if self.source == "hub" and model == self.id:
+            return revision == self.revision
+        try:
+            return self.path is not None and Path(model).resolve() == self.path.resolve()
+        except OSError:
+            return False
 
 
 class PublishedResult(BaseModel):
@@ -55,8 +97,10 @@ class DeploySettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     target: Literal["local", "docker", "k8s"] = "local"
     engine: EngineSettings = EngineSettings()
-    model_path: Path = MODEL_DIR
+    model_path: Path = MODEL_DIR  # the model's files on this host (tokenizer, config.json): ServedModel.path
     served_model_name: str = "tiny"
+    model: ServedModel | None = None  # None: the tiny model at model_path, served by its directory
+    devices: list[int] = []  # GPU indices (nvidia-smi's) the deployment may use; [] on a host without GPUs
     url: str | None = None  # endpoint stack only
     log_dir: Path = Path("results/logs")
     startup_timeout_s: float = 600.0
@@ -107,9 +151,11 @@ def validate_options(kind: str, model: type[BaseModel], options: dict[str, Any])
         raise LayerbenchError(f"stack {kind}: " + "; ".join(problems)) from None
 
 
-# Log lines vLLM prints at startup (GPU: "GPU KV cache size", CPU: "CPU KV cache size").
+# Log lines vLLM prints at startup (GPU: "GPU KV cache size", CPU: "CPU KV cache size"), and its engine config
+# ("Initializing a V1 LLM engine (v0.32.0) with config: model='...', ..., revision=..., tensor_parallel_size=1").
 _KV_RE = re.compile(r"KV cache size: ([\d,]+) tokens")
 _CONC_RE = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
+_ENGINE_RE = re.compile(r"with config: model='([^']*)'.*?, revision=([^,]*),.*?tensor_parallel_size=(\d+)")
 
 
 def parse_startup_log(text: str) -> AppliedConfig:
@@ -120,6 +166,10 @@ def parse_startup_log(text: str) -> AppliedConfig:
         tokens, x = conc[-1]
         cfg.max_concurrency_at_tokens = int(tokens.replace(",", ""))
         cfg.max_concurrency = float(x)
+    if engine := _ENGINE_RE.findall(text):
+        model, revision, tp = engine[-1]
+        cfg.model, cfg.tensor_parallel_size = model, int(tp)
+        cfg.revision = None if revision in ("None", "") else revision
     return cfg
 
 
@@ -212,6 +262,12 @@ class Stack(ABC):
     @abstractmethod
     def engine_version(self) -> str: ...
 
+    def engine_plan(self) -> dict | None:
+        """The engine settings this deployment would apply, in vLLM's keyword names, with the GPUs it may use:
+        built from the very command line or engine arguments deploy() uses, so a dry run's plan and the tests can
+        hold both sides of a compare to the same. None: no engine of layerbench's (an endpoint, the sims)."""
+        return None
+
     def baseline(self) -> Stack | None:
         """The bare vLLM of exactly this engine version, same environment, same settings."""
         return None
@@ -234,6 +290,9 @@ class Stack(ABC):
                 cfg.kv_cache_tokens = cfg.kv_cache_tokens or found.kv_cache_tokens
                 cfg.max_concurrency = cfg.max_concurrency or found.max_concurrency
                 cfg.max_concurrency_at_tokens = cfg.max_concurrency_at_tokens or found.max_concurrency_at_tokens
+                for field in ("tensor_parallel_size", "model", "revision"):
+                    if getattr(cfg, field) is None:
+                        setattr(cfg, field, getattr(found, field))
         return cfg
 
     def processes(self) -> dict[str, list[psutil.Process]]:

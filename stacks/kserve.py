@@ -42,7 +42,19 @@ from stacks.base import (
 )
 from stacks.kserve_manifests import pod_process, render
 from stacks.procs import running, wait_http_ready
-from stacks.vllm import VllmStack, engine_args, engine_env, engine_kwargs, engine_python, installed_vllm_version
+from stacks.vllm import (
+    VllmStack,
+    check_model_files,
+    engine_args,
+    engine_env,
+    engine_kwargs,
+    engine_python,
+    installed_vllm_version,
+    model_kwargs,
+    model_ref,
+    settings_from_args,
+    settings_from_kwargs,
+)
 
 KSERVE_VENV = PROJECT_ROOT / ".venv-kserve"
 SERVER = PROJECT_ROOT / "scripts" / "kserve_server.py"
@@ -93,17 +105,32 @@ class KServeStack(VllmStack):
 
     # --- deploy ---
     def deploy(self) -> None:
-        if not self.settings.model_path.exists():
-            raise LayerbenchError(f"model not found at {self.settings.model_path}: run `make setup`")
+        check_model_files(self.settings)
         self.check_ports()
         {"raw": self._deploy_raw, "inprocess": self._deploy_server, "proxy": self._deploy_proxy}[self.mode]()
 
-    def _deploy_raw(self) -> None:
+    def raw_process(self) -> tuple[list[str], dict[str, str]]:
+        """The predictor pod's command line and env, as RawDeployment's ServingRuntime renders them."""
         self.manifests = render(self.settings, engine_args(self.settings), name=self.settings.served_model_name)
+        return pod_process(*self.manifests, self.settings.model_path, self.port)
+
+    def engine_plan(self) -> dict:
+        if self.engine is not None:  # proxy: the engine is the bare vLLM behind it
+            return self.engine.engine_plan()
+        if self.mode == "raw":
+            plan = settings_from_args(self.raw_process()[0])
+            if plan["model"] == str(self.settings.model_path):  # the pod's /mnt/models: the resolved snapshot
+                model, revision = model_ref(self.settings)
+                plan.update(model=model, revision=revision)
+        else:
+            plan = settings_from_kwargs(self.server_config()["engine"])
+        return {**plan, "devices": list(self.settings.devices)}
+
+    def _deploy_raw(self) -> None:
+        cmd, env = self.raw_process()
         out = self.settings.log_dir / "manifests"
         out.mkdir(parents=True, exist_ok=True)
         (out / "kserve-raw.yaml").write_text(yaml.safe_dump_all(self.manifests, sort_keys=False))
-        cmd, env = pod_process(*self.manifests, self.settings.model_path, self.port)
         if cmd[0] not in ("python", "python3"):
             raise LayerbenchError(f"the ServingRuntime's command {cmd[0]!r} is not vLLM's Python server")
         self.start([str(engine_python(self.venv)), *cmd[1:]], {**engine_env(self.settings), **env})
@@ -134,7 +161,7 @@ class KServeStack(VllmStack):
             return {**cfg, "predictor_url": self.engine.endpoint().base_url,
                     "read_timeout_s": 30.0}
         s = self.settings
-        spec = {"model": str(s.model_path), "served_model_name": s.served_model_name,
+        spec = {**model_kwargs(s), "served_model_name": s.served_model_name,
                 **engine_kwargs(s, "the in-process engine's arguments")}
         return {**cfg, "engine": spec}
 

