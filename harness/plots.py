@@ -84,6 +84,17 @@ def series(s: CompareSummary, side: str, metric: str) -> Series:
     return [(lv.level, scale(getattr(lv, f"{side}_{field}")), reps.get(lv.level, [])) for lv in s.levels]
 
 
+def gpu_series(s: CompareSummary, side: str, key: str = "util_pct_mean") -> Series:
+    """One side's GPU utilisation per level (mean over its GPUs), each complete repeat beside the mean."""
+    run = s.runs.get(side)
+    reps: dict[float, list[float]] = {}
+    for lv in (run.levels if run else []):
+        vals = [v for g in lv.gpu if (v := getattr(g, key)) is not None]
+        if lv.incomplete is None and vals:
+            reps.setdefault(lv.stats.level, []).append(sum(vals) / len(vals))
+    return [(lv.level, getattr(lv, f"{side}_gpu", {}).get(key), reps.get(lv.level, [])) for lv in s.levels]
+
+
 def _data_max(*all_series: Series) -> float | None:
     vals = [v for ser in all_series for _, m, reps in ser for v in (m, *reps) if v is not None]
     return max(vals) if vals else None
@@ -116,13 +127,17 @@ def plots(s: CompareSummary, out: Path, ttfts: dict[str, dict[float, list[float]
         if ttfts:
             ttft_cdf(cv, s.levels, ttfts, names, ttft_slo)
         cpu_bars(cv, s.levels, names)
+        _levels(cv, s, names, "gpu_util.png", "GPU utilisation (NVML, mean over the deployment's GPUs)", "%", "",
+                ylim=GOODPUT_YLIM, both={side: gpu_series(s, side) for side in SIDES})
     return cv.made
 
 
 def _levels(cv: Canvas, s: CompareSummary, names: tuple[str, str], name: str, title: str, ylabel: str,
-            metric: str, slo: tuple[str, float | None] | None = None, ylim: tuple[float, float] | None = None) -> None:
-    """Each side's mean per level as a line, each repeat as a small point beside it with a bar over its range."""
-    both = {side: series(s, side, metric) for side in SIDES}
+            metric: str, slo: tuple[str, float | None] | None = None, ylim: tuple[float, float] | None = None,
+            both: dict[str, Series] | None = None) -> None:
+    """Each side's mean per level as a line, each repeat as a small point beside it with a bar over its range.
+    both: the series, where they are not one of METRICS."""
+    both = both or {side: series(s, side, metric) for side in SIDES}
     if not any(m is not None or reps for ser in both.values() for _, m, reps in ser):
         return
     levels = [lv.level for lv in s.levels]

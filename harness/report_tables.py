@@ -20,6 +20,14 @@ CPU_HOST_NOTE = (
     "measured cost is inflated; on a GPU host the engine's work runs on the accelerator and the layer does not "
     "compete with it for these cores. Read the CPU breakdown before generalising a CPU-host delta."
 )
+GPU_HOST_NOTE = (
+    "On this GPU host the engine's model runs on the GPU; these cores run vLLM's API server and scheduler, the "
+    "layer's processes and the load client."
+)
+
+
+def host_note(s: CompareSummary) -> str:
+    return GPU_HOST_NOTE if s.on_gpu else CPU_HOST_NOTE
 
 
 def _level_head(s: CompareSummary) -> str:
@@ -77,8 +85,9 @@ def detail_tables(s: CompareSummary) -> list[Table]:
                          [["vLLM version", s.versions.get("baseline", "—"), s.versions.get("stack", "—")]]
                          + [[field, str(getattr(s.applied.get("baseline"), field, "—")),
                              str(getattr(s.applied.get("stack"), field, "—"))]
-                            for field in ("max_model_len", "kv_cache_tokens", "max_concurrency",
-                                          "max_concurrency_at_tokens")])]
+                            for field in ("model", "revision", "tensor_parallel_size", "max_model_len",
+                                          "kv_cache_tokens", "max_concurrency", "max_concurrency_at_tokens")]
+                         + ([["GPUs", _gpus(s), _gpus(s)]] if s.devices else []))]
     out += layer_table(s)
     steady = [[_level(lv), side, "; ".join(getattr(lv, f"{key}_not_steady")) or "steady",
                "; ".join(getattr(lv, f"{key}_modes")) or "—"]
@@ -88,10 +97,32 @@ def detail_tables(s: CompareSummary) -> list[Table]:
                 "differ in tok/s or TTFT p50 by more than their noise; bimodal TTFT gives the slow share and how "
                 "the slow requests cluster in streaks. Levels not listed were steady and unimodal on both sides.",
                 [lh, "deployment", "steady?", "TTFT modes"], steady or [["all", "both", "steady", "unimodal"]]))
-    out.append(("Where the CPU went (cores)", CPU_HOST_NOTE + f" Processes under {MINOR_CORES} cores at every "
+    out += gpu_table(s)
+    out.append(("Where the CPU went (cores)", host_note(s) + f" Processes under {MINOR_CORES} cores at every "
                 "level are summed as 'other'.", ["deployment", "process", *[lv.level_text for lv in s.levels]],
                 cpu_rows(s)))
     return out + (audit_tables(s.audit) if s.audit else [])
+
+
+def _gpus(s: CompareSummary) -> str:
+    return ", ".join(map(str, s.devices))
+
+
+def gpu_table(s: CompareSummary) -> list[Table]:
+    """GPU telemetry per level and side (NVML; DCGM's Tensor Core activity where dcgmi was present)."""
+    if not any(lv.baseline_gpu or lv.stack_gpu for lv in s.levels):
+        return [("GPU telemetry", "On this GPU host no GPU figure was read: " + note, [], [])
+                for note in {r.gpu_telemetry for r in s.runs.values() if r.gpu_telemetry}]
+    b, st = side_names(s)
+    note = next((r.gpu_telemetry for r in s.runs.values() if r.gpu_telemetry), "")
+    rows = [[_level(lv), name, fmt(g.get("util_pct_mean"), "{:.0f}%"),
+             fmt(g["memory_used_mib_max"] / 1024 if g.get("memory_used_mib_max") is not None else None, "{:.1f}"),
+             fmt(g.get("power_w_mean"), "{:.0f}"), fmt(g.get("sm_clock_mhz_mean"), "{:.0f}"),
+             fmt(100 * g["tensor_active_mean"] if g.get("tensor_active_mean") is not None else None, "{:.0f}%")]
+            for lv in s.levels for name, g in ((b, lv.baseline_gpu), (st, lv.stack_gpu))]
+    return [("GPU telemetry", f"Over each level's measured window, mean of the repeats, mean over the deployment's "
+             f"GPUs (memory: the highest). {note}.", [_level_head(s), "deployment", "GPU util", "memory GiB",
+                                                   "power W", "SM MHz", "Tensor active"], rows)]
 
 
 def _slo_text(s: CompareSummary) -> str:

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from harness.audit import LiveFacts, live_facts, refresh_logs
 from harness.errors import LayerbenchError
+from harness.gpu_telemetry import VramGuard
 from harness.profile import LoadProfile
 from harness.results import RunWriter
 from harness.resume import ResumePlan, ResumeRefused
@@ -68,9 +69,11 @@ def deploy_and_measure(stack: Stack, profile: LoadProfile, writer: RunWriter, la
         skip = frozenset((lv.stats.repeat, lv.stats.level) for lv in prior.levels if lv.incomplete is None)
     deployments = {**writer.meta.get("deployments", {}), label: {
         **stack.describe(), "engine_version": summary.engine_version, "applied": summary.applied.model_dump(),
+        "gpus": list(stack.settings.devices),
         "startup_s": round(waited, 1), "pids": sorted(p.pid for ps in stack.processes().values() for p in ps),
         "logs": {k: str(v) for k, v in stack.log_locations().items()}}}
-    writer.write_meta(deployments=deployments)
+    model = stack.settings.model
+    writer.write_meta(deployments=deployments, **({"model": model.model_dump(mode="json")} if model else {}))
     return sweep(stack, profile, writer, summary, console, repeats, skip=skip, invocation=invocation)
 
 
@@ -104,6 +107,9 @@ def baseline_then_stack(targets: list[tuple[str, Stack]], profile: LoadProfile, 
     the first side that fails. sweep: what runs against each ready deployment (default: the profile's levels)."""
     out = Sides()
     invocation = plan.invocation if plan else 0
+    # one accelerator's worth of discipline: the next deployment starts only once the last one's GPU memory is back
+    guard = VramGuard(sorted({d for _, t in targets for d in getattr(getattr(t, "settings", None), "devices", [])}))
+    previous: str | None = None
     for label, target in targets:
         prior = plan.prior.get(label) if plan else None
         if plan and prior is not None and plan.side_done(label):
@@ -114,6 +120,9 @@ def baseline_then_stack(targets: list[tuple[str, Stack]], profile: LoadProfile, 
                 after_side(out)
             continue
         try:
+            if previous is not None:
+                guard.wait_released(previous)
+            previous = f"{label} {target.kind}"
             with target:
                 out.runs[label] = deploy_and_measure(target, profile, writer, label, console, repeats, prior,
                                                      invocation, sweep)
@@ -136,4 +145,9 @@ def baseline_then_stack(targets: list[tuple[str, Stack]], profile: LoadProfile, 
                 after_side(out)
         if out.failures and not keep_going:
             break
+    try:
+        if previous is not None:
+            guard.wait_released(previous)
+    except LayerbenchError as e:  # the last deployment left its memory held: the run says so
+        out.failures["gpu memory"] = str(e)
     return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 from pydantic import BaseModel
 from rich.console import Console
@@ -20,6 +21,7 @@ from rich.progress import (
 
 from harness.client import RequestRecord
 from harness.errors import LayerbenchError
+from harness.gpu_telemetry import GpuSampler, GpuWindow, telemetry_note
 from harness.openloop import run_rate_level, warm_open, warmup_requests
 from harness.profile import LoadProfile
 from harness.prompts import PromptGenerator
@@ -42,6 +44,7 @@ class LevelSummary(BaseModel):
     incomplete: str | None = None  # why the level stopped before its end; its figures cover what was sent
     invocation: int = 0  # 0: the first `compare`, n: the n-th `--resume` of it
     sent: int | None = None  # requests the load loop started; each one is a line in requests.jsonl
+    gpu: list[GpuWindow] = []  # NVML (and DCGM) per GPU of the deployment over the window; [] without GPUs
 
 
 class RunSummary(BaseModel):
@@ -70,6 +73,8 @@ class RunSummary(BaseModel):
     engine_binding: list[str] = []  # the engine's thread binding, from its startup log
     sampler_cpu_pct: float | None = None  # the core sampler's own CPU, % of one core
     layer_notes: dict[str, str] = {}  # the stack's own per-level figures (LevelSummary.server.layer): what each is
+    gpu_telemetry: str | None = None  # how the GPU figures were read (None: a host without GPUs)
+    devices: list[int] = []  # the GPUs the deployment was given; [] on a host without GPUs
 
     @property
     def open_loop(self) -> bool:
@@ -112,6 +117,9 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
     summary.scrape_policy, summary.warmup_sweep = profile.scrape, profile.warms_every_level()
     labels: dict[int, str] = {os.getpid(): "load client"}
     sampler = CoreSampler([os.getpid()], writer.dir / f"cores-{summary.label}.raw.json")
+    gpus = GpuSampler(stack.settings.devices, writer.dir / f"gpu-{summary.label}.jsonl")
+    summary.gpu_telemetry, summary.devices = telemetry_note(stack.settings.devices), list(stack.settings.devices)
+    window = [0.0]  # when the current level's measured window opened (monotonic s)
     scrape_ms: list[float] = []
     before = (summary.scrapes, summary.scrape_gaps, dict(summary.scrape_gap_reasons))  # earlier invocations
 
@@ -123,7 +131,7 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
     writer.write_meta(phase=f"{summary.label}: starting the metric scraper and core sampler")
     where = "the start"
     try:
-        with scraper, sampler, Progress(
+        with scraper, sampler, gpus, Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[errors]}"),
             console=console,
@@ -135,6 +143,8 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
             failed, finished = [0], [0]
             if scraper.pid:
                 labels[scraper.pid] = "scraper"
+            if gpus.pid:
+                labels[gpus.pid] = "GPU sampler"
             dead = stack.dead if stack.cheap_liveness else None
             if summary.warmup_sweep:  # a compiled engine meets every batch shape before anything is measured
                 writer.write_meta(phase=f"{summary.label}: warmup sweep")
@@ -173,20 +183,25 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
                                         errors=f"[red]{failed[0]} failed[/]" if failed[0] else "0 failed")
 
                     scraper.level = c
+
+                    def opened(c=c) -> None:
+                        scraper.mark(c, "start")
+                        window[0] = time.monotonic()
+
                     if open_loop:
                         run = asyncio.run(run_rate_level(
                             client, gen, c, n, arrival=profile.arrival, seed=seed, repeat=rep,
                             warmup_waves=profile.warmup_waves, on_record=on_record, on_progress=advance,
-                            process_cpu=stack.process_cpu, on_measure_start=lambda c=c: scraper.mark(c, "start"),
-                            dead=dead,
+                            process_cpu=stack.process_cpu, on_measure_start=opened, dead=dead,
                         ))
                     else:
                         run = asyncio.run(run_level(
                             client, gen, c, n, repeat=rep, warmup_waves=profile.warmup_waves,
                             min_duration_s=profile.min_duration_s, on_record=on_record,
                             on_progress=advance, process_cpu=stack.process_cpu,
-                            on_measure_start=lambda c=c: scraper.mark(c, "start"), dead=dead,
+                            on_measure_start=opened, dead=dead,
                         ))
+                    closed = time.monotonic()
                     if not run.aborted:
                         scraper.mark(c, "end")
                     scraper.level = None
@@ -210,7 +225,8 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
                         server = summarise(level_scrapes, stack.metric_aliases(), stack.layer_metrics())
                         summary.add(LevelSummary(stats=stats, client=run.client, process_cpu_s=run.process_cpu_s,
                                                  window_s=run.window_s, server=server, incomplete=incomplete,
-                                                 invocation=invocation, sent=run.sent))
+                                                 invocation=invocation, sent=run.sent,
+                                                 gpu=gpus.window(window[0], closed)))
                     count_scrapes()
                     summary.scrape_ms = Dist.of(scrape_ms)
                     why = run.aborted or gone

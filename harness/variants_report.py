@@ -57,8 +57,10 @@ def cpu_tables(s: SweepSummary) -> list[Table]:
     for p in s.points:
         if p.levels and any(lv.delta_pct is not None for lv in p.levels):
             view = SimpleNamespace(levels=p.levels)  # cpu_rows reads only the levels' per-process cores
+            host = ("" if any(lv.baseline_gpu or lv.stack_gpu for lv in p.levels) else
+                    "; on a CPU host the layer's processes take their cores from the engine")
             out.append((f"Where the CPU went (cores), {s.key}={p.value}", "CPU seconds per level window, mean over "
-                        "repeats; on a CPU host the layer's processes take their cores from the engine.",
+                        f"repeats{host}.",
                         ["deployment", "process", *[lv.level_text for lv in p.levels]], cpu_rows(view)))
     return out
 
