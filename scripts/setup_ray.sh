@@ -3,7 +3,13 @@
 # nixl-cu13, and both vllm distributions write site-packages/vllm, so the extra is not installed: its other
 # requirements are read from Ray's own metadata and installed by hand. Usage: setup_ray.sh VENV RAY_VERSION
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 venv=$1; version=$2
+say "ray: ray[serve]==$version into $venv, then the [llm] extra's requirements except vllm and nixl (read from Ray's metadata)"
+if dry; then
+  run "$venv/bin/pip" install -q "ray[serve]==$version"
+  exit 0
+fi
 "$venv/bin/pip" install -q "ray[serve]==$version"
 reqs=$("$venv/bin/python" - "$version" <<'PY'
 import re, sys

@@ -13,6 +13,7 @@
 #
 # Usage: setup_triton.sh TRITON_VENV ENGINE_VENV CLIENT_VENV PYTRITON_VERSION TRITONCLIENT_VERSION
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 tv=$1; ev=$2; cv=$3; pytriton=$4; tclient=$5
 
 glibc=$(getconf GNU_LIBC_VERSION | awk '{print $2}')
@@ -20,9 +21,18 @@ if [ "$(printf '%s\n' 2.35 "$glibc" | sort -V | head -1)" != 2.35 ]; then
   echo "setup-triton: nvidia-pytriton $pytriton needs glibc >= 2.35; this host has $glibc" >&2
   exit 1
 fi
+ver=$(pyver "$PY")
+say "triton: $tv from $PY ($ver) layered on $ev, numpy<2, nvidia-pytriton==$pytriton (tritonserver 2.51 and its Python backend stub for $ver), tritonclient[http]==$tclient in $cv"
+if dry; then
+  run "$PY" -m venv "$tv"
+  run "$tv/bin/pip" install "numpy<2" "nvidia-pytriton==$pytriton" --no-deps
+  run "$cv/bin/pip" install "tritonclient[http]==$tclient"
+  exit 0
+fi
 [ -x "$ev/bin/python" ] || { echo "setup-triton: the engine environment $ev is missing: run make setup" >&2; exit 1; }
+[ "$(pyver "$ev/bin/python")" = "$ver" ] || { echo "setup-triton: the engine environment $ev runs Python $(pyver "$ev/bin/python"), PY=$PY is $ver: the Triton environment layers on it, so use the same Python" >&2; exit 1; }
 
-python3.11 -m venv "$tv"
+"$PY" -m venv "$tv"
 site_of() { "$1/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"; }
 engine_site=$(site_of "$ev")
 triton_site=$(site_of "$tv")
@@ -36,9 +46,11 @@ PTH
 
 # the backend directory tritonserver loads: the Python backend with the stub for this Python
 tt="$triton_site/pytriton/tritonserver"
+stub="$tt/python_backend_stubs/$ver/triton_python_backend_stub"
+[ -x "$stub" ] || { echo "setup-triton: nvidia-pytriton $pytriton ships Python backend stubs for $(ls "$tt/python_backend_stubs" | tr '\n' ' ')but not for Python $ver: set PY= to one of those" >&2; exit 1; }
 mkdir -p "$tv/backends/python"
 ln -sf "$tt/backends/python/libtriton_python.so" "$tt/backends/python/triton_python_backend_utils.py" \
-  "$tt/python_backend_stubs/3.11/triton_python_backend_stub" "$tv/backends/python/"
+  "$stub" "$tv/backends/python/"
 
 "$cv/bin/pip" install -q --disable-pip-version-check "tritonclient[http]==$tclient"
 

@@ -119,7 +119,7 @@ async def run_server(handler: Handler, host: str, port: int, on_stop: Callable[[
         w.transport.abort()  # idle keep-alive clients would otherwise hold wait_closed() forever
     try:
         await asyncio.wait_for(server.wait_closed(), 5)
-    except TimeoutError:
+    except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11 on
         pass
     if on_stop:
         on_stop()

@@ -81,7 +81,7 @@ def test_k8s_without_dry_run_hands_the_plan_to_the_runner(tmp_path, monkeypatch,
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["run", "--stack", "vllm", "--dry-run"], "--dry-run needs --target docker or --target k8s"),
+    (["compare", "--resume", "x", "--dry-run"], "--dry-run plans a new run; it cannot be combined with --resume"),
     (["compare", "--resume", "x", "--target", "k8s"], "cannot be combined with --target k8s"),
     (["compare", "--stack", "sim", "--target", "k8s", "--dry-run"], "stack sim has no k8s form"),
     (["audit", "--stack", "kserve", "--opt", "mode=proxy", "--target", "k8s", "--dry-run"],
