@@ -66,12 +66,12 @@ def _model(model) -> dict[str, Any] | None:
     if model is None:
         return None
     out = model.model_dump(mode="json")
-    out["cached"] = model.path is not None
+    out["cached"] = model.path is not None and (model.path / "config.json").exists()
     if model.source == "hub" and model.path is None:
         out["note"] = (f"not in the Hugging Face cache ({model.hf_cache}): the compare downloads it there before "
                        "the first deployment")
-    elif model.path is None:
-        out["note"] = "not generated yet: `make setup` (which make compare runs first) writes it"
+    elif not out["cached"]:
+        out["note"] = f"not generated yet: `make setup` (which make compare runs first) writes it to {model.path}"
     return out
 
 

@@ -54,7 +54,7 @@ def resolve(engine: EngineSettings, host: GpuHost | None, devices: list[int], fe
     the cache is returned unresolved (path None) instead of downloaded."""
     kind, ident, revision = wanted(engine, host)
     if kind in ("tiny", "gpu-like") and not fetch and not (tiny / "config.json").exists():
-        return ServedModel(source=kind, id=kind, served_name="tiny")  # a dry run on a fresh clone: setup makes it
+        return ServedModel(source=kind, id=kind, path=tiny, served_name="tiny")  # a dry run on a fresh clone
     if kind == "tiny":
         return _local("tiny", "tiny", _need_tiny(tiny), "tiny")
     if kind == "gpu-like":
