@@ -1,5 +1,7 @@
 """Validation of rendered custom resources (KServe InferenceService and ServingRuntime, KubeRay RayService)
-against the `openAPIV3Schema` of their real CRDs, read in place from a CRD directory.
+against the `openAPIV3Schema` of their real CRDs: by default the structural schemas kept in stacks/k8s/schemas/
+(their sources in SOURCES.md there); LAYERBENCH_CRD_DIR names a folder of CRD YAML files to use instead, and a
+live run validates against the CRDs the cluster has installed (`schema_of_crd`).
 
 Strict: an object field the schema does not declare is an error (a typo such as `minReplica` would be
 silently pruned by the API server and the deployment would not be the one measured), except where the CRD
@@ -8,6 +10,7 @@ allows unknown fields (`x-kubernetes-preserve-unknown-fields`)."""
 from __future__ import annotations
 
 import functools
+import gzip
 import hashlib
 import json
 import os
@@ -17,19 +20,40 @@ from typing import Any
 import yaml
 
 from harness.errors import LayerbenchError
-from stacks.base import CACHE_DIR, PROJECT_ROOT
+from stacks.base import CACHE_DIR
 
-# the CRDs this project validates against live beside the checkout, not in it; LAYERBENCH_CRD_DIR overrides
-DEFAULT_CRD_DIR = PROJECT_ROOT.parent / "shared" / "crds"
+SCHEMAS = Path(__file__).resolve().parent / "k8s" / "schemas"
 
 
-def crd_dir() -> Path:
-    return Path(os.environ.get("LAYERBENCH_CRD_DIR") or DEFAULT_CRD_DIR)
+def crd_dir() -> Path | None:
+    """The folder of CRD YAML files named by LAYERBENCH_CRD_DIR, or None: the schemas kept in the checkout."""
+    return Path(os.environ["LAYERBENCH_CRD_DIR"]) if os.environ.get("LAYERBENCH_CRD_DIR") else None
 
 
 def crd_schema(api_version: str, kind: str, directory: Path | None = None) -> dict[str, Any]:
-    """The openAPIV3Schema of `kind` at `api_version` (group/version) from the CRD files in `directory`."""
-    return _schema(api_version, kind, directory or crd_dir())
+    """The strict openAPIV3Schema of `kind` at `api_version` (group/version): from the CRD files in `directory`
+    (or LAYERBENCH_CRD_DIR), else from the schemas kept in stacks/k8s/schemas/."""
+    directory = directory or crd_dir()
+    return _schema(api_version, kind, directory) if directory is not None else _kept(api_version, kind)
+
+
+@functools.lru_cache(maxsize=16)
+def _kept(api_version: str, kind: str) -> dict[str, Any]:
+    group, _, version = api_version.rpartition("/")
+    path = SCHEMAS / f"{group}_{kind}_{version}.json.gz"
+    if not path.exists():
+        kept = ", ".join(p.name.removesuffix(".json.gz") for p in sorted(SCHEMAS.glob("*.json.gz")))
+        raise LayerbenchError(f"layerbench keeps no schema for {kind} {api_version} (it has: {kept}); set "
+                              "LAYERBENCH_CRD_DIR to a folder with that CRD's YAML")
+    return strict(json.loads(gzip.decompress(path.read_bytes())))
+
+
+def schema_of_crd(crd: dict[str, Any], version: str) -> dict[str, Any] | None:
+    """The strict schema of an installed CRD (as the cluster returns it) at `version`, or None."""
+    for v in (crd.get("spec") or {}).get("versions") or []:
+        if v.get("name") == version and (v.get("schema") or {}).get("openAPIV3Schema"):
+            return strict(v["schema"]["openAPIV3Schema"])
+    return None
 
 
 @functools.lru_cache(maxsize=16)
@@ -92,11 +116,12 @@ def strict(schema: Any) -> Any:
     return out
 
 
-def validate(obj: dict[str, Any], directory: Path | None = None) -> list[str]:
-    """One line per schema violation of `obj` ("Kind/name: path: message"); [] when it is valid."""
+def validate(obj: dict[str, Any], directory: Path | None = None, schema: dict[str, Any] | None = None) -> list[str]:
+    """One line per schema violation of `obj` ("Kind/name: path: message"); [] when it is valid. schema: the
+    one to use (a live cluster's CRD), else crd_schema's."""
     import jsonschema
 
-    schema = crd_schema(obj["apiVersion"], obj["kind"], directory)
+    schema = schema or crd_schema(obj["apiVersion"], obj["kind"], directory)
     who = f"{obj['kind']}/{obj.get('metadata', {}).get('name', '?')}"
     errors = jsonschema.Draft7Validator(schema).iter_errors(obj)
     return [f"{who}: {'.'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}"

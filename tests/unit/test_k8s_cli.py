@@ -11,10 +11,8 @@ import stacks.k8s.render as render
 from harness.cli import main
 from stacks.k8s.plan import K8sPlan
 from stacks.k8s.validate import object_problems
-from tests.unit.test_kserve_manifests import needs_crds
 
 
-@needs_crds
 @pytest.mark.parametrize(("kind", "extra"), [
     ("vllm", []),
     # a second or two each (the validators' schemas): `make test` runs them, `make test-fast` renders every stack
@@ -44,7 +42,6 @@ def test_compare_dry_run_writes_valid_manifests(kind, extra, tmp_path, capsys, m
     assert plan.run_id == run.name and [s.label for s in plan.sides] == ["baseline", "stack"]
 
 
-@needs_crds
 def test_an_invalid_rendering_is_refused_with_every_problem(tmp_path, capsys, monkeypatch):
     real = render.render_vllm
 

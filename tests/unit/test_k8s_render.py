@@ -16,7 +16,6 @@ from stacks.k8s.common import gpu_engine_args
 from stacks.k8s.plan import ClusterSettings, K8sPlan
 from stacks.k8s.render import render_plan, write_plan
 from stacks.k8s.validate import plan_problems
-from tests.unit.test_kserve_manifests import needs_crds
 
 RUN = "20261201-101010-compare-ray-abc123"
 COMMIT = "7ae557604adf67be50417f59c2c2f167def9a775"
@@ -43,7 +42,6 @@ def containers(pod_spec: dict) -> dict[str, dict]:
 
 # --- every stack, every validator -----------------------------------------------------------------------
 
-@needs_crds
 @pytest.mark.parametrize(("kind", "options"), [("vllm", {}), ("ray", {}), ("triton", {}), ("kserve", {}),
                                                ("kserve", {"mode": "inprocess"})])
 @pytest.mark.parametrize("cs", [ClusterSettings(), ClusterSettings(

@@ -13,7 +13,6 @@ from stacks.base import DeploySettings, get_stack
 from stacks.k8s.plan import ClusterSettings
 from stacks.k8s.render import render_plan
 from stacks.k8s.validate import builtin_problems, object_problems, plan_problems
-from tests.unit.test_kserve_manifests import needs_crds
 
 RUN = "20261201-101010-compare-ray-abc123"
 PROFILE = load_profile("quick")
@@ -52,7 +51,6 @@ def test_an_unknown_kind_or_version_is_named():
         builtin_problems(find(side_objects("vllm"), "Service"), "1.99")
 
 
-@needs_crds
 def test_crds_reject_a_misspelt_field():
     ray = side_objects("ray")
     svc = find(ray, "RayService")
@@ -84,7 +82,6 @@ def test_the_safety_policy_rejects_host_network_privileges_and_missing_limits():
     ]
 
 
-@needs_crds
 def test_plan_problems_name_the_side():
     s = get_stack("ray")(DeploySettings(engine=PROFILE.engine))
     p = render_plan(s, PROFILE, ClusterSettings(), RUN, "compare")

@@ -10,14 +10,11 @@ import pytest
 
 from harness.errors import LayerbenchError
 from stacks.base import DeploySettings
-from stacks.crds import crd_dir, validate
+from stacks.crds import validate
 from stacks.kserve import KSERVE_VENV, KServeStack
 from stacks.kserve_manifests import pod_process, render
 from stacks.manifest_policy import check_manifest
 from stacks.vllm import VllmStack, engine_args, engine_kwargs
-
-needs_crds = pytest.mark.skipif(not (crd_dir() / "serving.kserve.io_inferenceservices.yaml").exists(),
-                                reason=f"KServe CRDs not found in {crd_dir()} (set LAYERBENCH_CRD_DIR)")
 
 
 def objects(**kw):
@@ -25,7 +22,6 @@ def objects(**kw):
     return render(s, engine_args(s), name="tiny", **kw)
 
 
-@needs_crds
 def test_rendered_objects_are_valid_against_the_crds():
     runtime, isvc = objects()
     assert (runtime["kind"], isvc["kind"]) == ("ServingRuntime", "InferenceService")
@@ -33,7 +29,6 @@ def test_rendered_objects_are_valid_against_the_crds():
     assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "RawDeployment"
 
 
-@needs_crds
 def test_a_wrong_field_is_rejected():
     runtime, isvc = objects()
     isvc["spec"]["predictor"]["minReplica"] = 1  # the field is minReplicas
