@@ -27,7 +27,13 @@ from pathlib import Path
 
 def alias_moved_vllm_modules() -> None:
     """kserve 0.21's OpenAI types import vLLM 0.24's module layout; vLLM 0.32 moved two of those modules.
-    Point the old names at the new homes of the very same classes, before kserve imports them."""
+    Point the old names at the new homes of the very same classes, before kserve imports them. Nothing to do
+    with a vLLM of the old layout (KServe's own Hugging Face image, where the proxy mode runs on k8s)."""
+    try:
+        import vllm.entrypoints.chat_utils  # noqa: F401  (the layout kserve 0.21 imports)
+        return
+    except ImportError:
+        pass
     import vllm.renderers.chat_utils as chat_utils
     from vllm.entrypoints.generate.base import protocol as generate_protocol
     from vllm.entrypoints.serve.engine import protocol as serve_protocol

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Literal
 
 import httpx
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from harness.errors import LayerbenchError
 from stacks.base import DeploySettings, Endpoint, NoOptions, Stack, register
@@ -18,6 +18,22 @@ class EndpointOptions(NoOptions):
                                                   "from /v1/models) or Triton's generate_stream")
     model: str | None = Field(None, description="the model to load (protocol triton: required; openai: the "
                               "first of /v1/models)")
+    metric_endpoints: str | None = Field(
+        None, description="where the server's metrics are, as name=url pairs separated by commas (default: "
+        "api=<url>/metrics); the k8s and docker targets name the layer's own ports here")
+    aliases: str | None = Field(None, description="prefixes the layer puts in place of `vllm:`, separated by commas "
+                                "(Ray Serve: ray_vllm_)")
+
+    @field_validator("metric_endpoints")
+    @classmethod
+    def _pairs(cls, v: str | None) -> str | None:
+        if v is not None:
+            for pair in v.split(","):
+                name, sep, url = pair.partition("=")
+                if not sep or not name or not url.startswith(("http://", "https://")):
+                    raise ValueError("metric_endpoints takes name=http://host:port/path pairs separated by "
+                                     f"commas, got {pair!r}")
+        return v
 
 
 @register
@@ -84,6 +100,14 @@ class EndpointStack(Stack):
     def endpoint(self) -> Endpoint:
         return Endpoint(base_url=self._url(), protocol=self.options.protocol,
                         model=self._model or self.options.model or self.settings.served_model_name)
+
+    def metric_endpoints(self) -> dict[str, str]:
+        if self.options.metric_endpoints:
+            return dict(pair.split("=", 1) for pair in self.options.metric_endpoints.split(","))
+        return super().metric_endpoints()
+
+    def metric_aliases(self) -> tuple[str, ...]:
+        return tuple(a for a in (self.options.aliases or "").split(",") if a)
 
     def engine_version(self) -> str:
         if self._version is None:

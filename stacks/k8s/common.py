@@ -5,7 +5,7 @@ security context and resources every container gets."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from string import Template
 from typing import Any
 
@@ -34,6 +34,10 @@ class Deployed:
     engine_selector: str
     protocol: str = "openai"
     model: str | None = None  # the model name a Triton client must name (OpenAI clients read /v1/models)
+    # where the load reads the side's metrics (in-cluster URLs by name, as the local stack's metric_endpoints),
+    # and the prefixes the layer puts in place of `vllm:` (Ray: ray_vllm_)
+    metrics: dict[str, str] = field(default_factory=dict)
+    aliases: tuple[str, ...] = ()
 
 
 def template(path: str, **values: Any) -> dict[str, Any]:

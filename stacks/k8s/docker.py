@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from harness.errors import LayerbenchError
 from harness.profile import LoadProfile
 from stacks.base import Stack
 from stacks.k8s.common import (
@@ -26,12 +27,13 @@ from stacks.k8s.common import (
     object_name,
     served_name,
 )
-from stacks.k8s.plan import ClusterSettings
-from stacks.k8s.render import VLLM_PORT, side_labels, vllm_image, vllm_server_args
+from stacks.k8s.plan import ClusterSettings, settle
+from stacks.k8s.render import side_labels
 from stacks.k8s.render_kserve import HF_RUNTIME_HOME, OPENAI_PREFIX, hf_objects, kserve_mode, raw_objects
 from stacks.k8s.render_load import load_command, profile_text
 from stacks.k8s.render_ray import RAY_HF_HOME, SERVE_PORT, serve_config
 from stacks.k8s.render_triton import HTTP_PORT, repository_files, server_args
+from stacks.k8s.render_vllm import VLLM_PORT, vllm_image, vllm_server_args
 from stacks.kserve_manifests import POD_PORT, pod_process
 
 PROFILE = "/etc/layerbench/profile.yaml"
@@ -91,6 +93,9 @@ def _side(stack: Stack, cs: ClusterSettings, run_id: str, label: str, plan: Dock
         cmd += [f"--revision={ref.revision}"] if ref.revision else []
         run = _server(name, cs, image, cmd[1:], ROOT_HF_HOME, env, entrypoint=cmd[0])
         url, ready = f"http://127.0.0.1:{POD_PORT}", f"http://127.0.0.1:{POD_PORT}/health"
+    elif kind == "kserve" and kserve_mode(stack) == "proxy":
+        raise LayerbenchError("stack kserve: mode proxy has no docker form (it needs a second server container "
+                              "beside the engine); use --target k8s or local")
     elif kind == "kserve":  # KServe's Hugging Face runtime (its server binds 0.0.0.0, inside its own namespace)
         runtime, isvc = hf_objects(stack, cs, name)
         container = runtime["spec"]["containers"][0]
@@ -123,6 +128,7 @@ def render_docker(stack: Stack, profile: LoadProfile, cs: ClusterSettings, run_i
                   repeats: int | None = None) -> DockerPlan:
     """The sides of `command` (run: the stack; compare, audit: its bare vLLM baseline first) as docker runs."""
     check_stack(stack.kind, "docker")
+    cs, _ = settle(cs, stack.kind, getattr(stack.options, "mode", None), profile.engine)
     plan = DockerPlan(run_id=run_id, sides=[], files={"profile.yaml": profile_text(profile)})
     for label in side_labels(command):
         side, deployed = _side(stack, cs, run_id, label, plan)

@@ -13,6 +13,17 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.errors import LayerbenchError
+from harness.models import STUDY_MODEL, model_kind
+from harness.profile import EngineSettings
+from stacks.k8s.images import (
+    BUNDLED,
+    DEFAULT_KSERVE_HF_IMAGE,
+    DEFAULT_RAY_IMAGE,
+    DEFAULT_TRITON_IMAGE,
+    LOAD_IMAGE_PLACEHOLDER,
+    default_engine_version,
+    known_vllm,
+)
 
 _QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$"  # a Kubernetes resource quantity
 
@@ -31,27 +42,35 @@ class ClusterSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
     namespace: str = Field("layerbench", description="namespace for everything a run creates")
     kserve_namespace: str = Field("kserve", description="where KServe's controller and inferenceservice-config live")
-    model: str = Field("Qwen/Qwen2.5-0.5B-Instruct", description="Hugging Face repo id the GPU runs serve")
-    model_revision: str = Field("main", description="snapshot revision inside the HF cache")
+    model: str = Field(STUDY_MODEL[0], description="Hugging Face repo id the GPU runs serve (a profile's hub "
+                       "engine.model takes its place)")
+    model_revision: str = Field(STUDY_MODEL[1], description="its revision inside the HF cache (a commit pins it)")
     hf_cache_pvc: str = Field("hf-cache", description="PVC holding the HF cache (its root is mounted)")
     hf_token_secret: str | None = Field(None, description="Secret with key HF_TOKEN, for gated models")
     runtime_class: str | None = Field(None, description="runtimeClassName for GPU pods (e.g. nvidia)")
-    gpus: int = Field(1, ge=0, description="nvidia.com/gpu per engine pod")
+    gpus: int | None = Field(None, ge=0, description="nvidia.com/gpu per engine pod (default: the profile's "
+                             "engine.tensor_parallel_size)")
+    replicas: int = Field(1, ge=1, le=64, description="engine replicas per side, the same settings, behind one "
+                          "Service (Ray: LLMServer replicas; KServe: min/maxReplicas)")
+    load_parallelism: int = Field(1, ge=1, le=64, description="load Job pods per side, each with its share of a "
+                                  "level's slots, started together on a barrier; their records merge into one level")
     cpu: str = "8"
     memory: str = "32Gi"
-    vllm_version: str = Field("0.32.0", description="engine version on both sides (image tags follow it)")
+    vllm_version: str | None = Field(None, description="engine version on both sides; default: the vLLM that "
+                                     "the stack's image bundles (stacks/k8s/images.py), which bare vLLM then runs")
     ready_timeout_s: float = Field(1800.0, gt=0)
     delete_timeout_s: float = Field(600.0, gt=0)
-    load_image: str = Field("ghcr.io/layerbench/layerbench:latest", description="image with this harness")
+    load_image: str = Field(LOAD_IMAGE_PLACEHOLDER, description="the harness image, built from this checkout's "
+                            "Dockerfile and pushed where the cluster pulls from (preflight refuses the placeholder)")
     # what the renderers need beyond the above (stacks.k8s.render, stacks.k8s.docker)
     k8s_version: str = Field("1.33", pattern=r"^1\.\d+$", description="Kubernetes version the built-in "
                              "objects are validated against (kubernetes-validate)")
-    ray_image: str = Field("rayproject/ray-llm:2.60.0-py311-cu128", description="Ray Serve LLM image (tags: "
-                           "<ray version>-py<python>-cu<cuda>); its bundled vLLM must be vllm_version")
-    triton_image: str = Field("nvcr.io/nvidia/tritonserver:25.12-vllm-python-py3", description="Triton with "
-                              "vLLM and the Python backend (<yy.mm>-vllm-python-py3); its vLLM must be vllm_version")
-    kserve_hf_image: str = Field("kserve/huggingfaceserver:v0.21.0-gpu", description="KServe's Hugging Face "
-                                 "runtime (mode inprocess); its bundled vLLM must be vllm_version")
+    ray_image: str = Field(DEFAULT_RAY_IMAGE, description="Ray Serve LLM image (tags: "
+                           "<ray version>-py<python>-cu<cuda>); bare vLLM runs the vLLM it bundles")
+    triton_image: str = Field(DEFAULT_TRITON_IMAGE, description="Triton with vLLM and the Python backend "
+                              "(<yy.mm>-vllm-python-py3); preflight reads its vLLM, which bare vLLM then runs")
+    kserve_hf_image: str = Field(DEFAULT_KSERVE_HF_IMAGE, description="KServe's Hugging Face runtime (mode "
+                                 "inprocess); bare vLLM runs the vLLM it bundles")
     kserve_storage: Literal["hf", "pvc"] = Field("hf", description="where KServe's raw runtime gets the model: "
                                                  "hf:// (its storage initializer downloads it) or the HF cache PVC")
     ray_head_cpu: str = Field("4", pattern=_QUANTITY, description="Ray head pod (controller, proxy, ingresses)")
@@ -80,6 +99,10 @@ class K8sPlan(BaseModel):
     run_id: str
     namespace: str
     sides: list[Side]
+    settings: ClusterSettings | None = None  # as settled for this run (stacks.k8s.plan.settle)
+    engine: dict[str, Any] = {}  # how the engine version was chosen: version, source, provisional, stack_image
+    command: str = "run"
+    stack: str = ""
 
 
 def load_cluster_settings(path: str | None) -> ClusterSettings:
@@ -100,3 +123,32 @@ def load_cluster_settings(path: str | None) -> ClusterSettings:
     except ValidationError as e:
         problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or '?'}: {err['msg']}" for err in e.errors())
         raise LayerbenchError(f"cluster config {path}: {problems}") from None
+
+
+def engine_image(kind: str, mode: str | None, cs: ClusterSettings) -> str | None:
+    """The image that carries a stack's own engine (None: the stack runs bare vLLM's image: vllm, KServe raw)."""
+    return {"ray": cs.ray_image, "triton": cs.triton_image}.get(kind) or (
+        cs.kserve_hf_image if kind == "kserve" and mode == "inprocess" else None)
+
+
+def settle(cs: ClusterSettings, kind: str, mode: str | None, engine: EngineSettings) -> tuple[ClusterSettings, dict]:
+    """The settings one run renders with: the profile's hub model in place of the cluster's, GPUs per engine pod
+    from the tensor-parallel size, and the engine version both sides run: the one set, else the one the stack's
+    image bundles (known before it runs, or measured by preflight), else the local engine's. Returns them and
+    how the version was chosen (`provisional`: preflight measures the stack's image and renders again)."""
+    update: dict = {}
+    if model_kind(engine.model) == "hub":
+        update.update(model=engine.model, model_revision=engine.revision or "main")
+    if cs.gpus is None:
+        update["gpus"] = engine.tensor_parallel_size
+    image = engine_image(kind, mode, cs)
+    if cs.vllm_version is not None:
+        how = {"version": cs.vllm_version, "source": "cluster config vllm_version", "provisional": False}
+    elif image and (known := known_vllm(image)):
+        how = {"version": known, "source": BUNDLED[image][1] if image in BUNDLED else f"the tag of {image}",
+               "provisional": False}
+    else:
+        how = {"version": default_engine_version(), "provisional": image is not None,
+               "source": f"read from {image} at preflight" if image else "the local engine's pinned version"}
+    update["vllm_version"] = how["version"]
+    return cs.model_copy(update=update), {**how, "stack_image": image}

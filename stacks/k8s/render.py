@@ -13,34 +13,16 @@ import yaml
 from harness.profile import LoadProfile
 from stacks.base import Stack
 from stacks.k8s.common import (
-    ROOT_HF_HOME,
     Deployed,
-    cache_volume,
     check_stack,
-    container_security,
-    engine_env,
-    engine_mounts,
-    env_list,
-    gpu_engine_args,
-    gpu_pod,
-    labels,
-    model_flags,
-    model_ref,
     object_name,
-    resources,
-    selector,
-    served_name,
-    service_url,
-    shm_volume,
-    template,
 )
-from stacks.k8s.plan import ClusterSettings, K8sPlan, Side
+from stacks.k8s.plan import ClusterSettings, K8sPlan, Side, settle
 from stacks.k8s.render_kserve import render_kserve
 from stacks.k8s.render_load import load_job, profile_configmap
 from stacks.k8s.render_ray import render_ray
 from stacks.k8s.render_triton import render_triton
-
-VLLM_PORT = 8000
+from stacks.k8s.render_vllm import render_vllm
 
 
 class _Dumper(yaml.SafeDumper):
@@ -62,38 +44,6 @@ def dump_yaml(documents: list[dict]) -> str:
     return yaml.dump_all(documents, Dumper=_Dumper, sort_keys=False)
 
 
-def vllm_image(cs: ClusterSettings) -> str:
-    return f"vllm/vllm-openai:v{cs.vllm_version}"
-
-
-def vllm_server_args(stack: Stack, cs: ClusterSettings, hf_home: str, host: str) -> list[str]:
-    """Bare vLLM's command-line arguments on a GPU: the model in the HF cache, the baseline's engine flags."""
-    return [*model_flags(model_ref(cs, hf_home)), "--served-model-name", served_name(cs), "--host", host,
-            "--port", str(VLLM_PORT), *gpu_engine_args(stack.settings)]
-
-
-def render_vllm(stack: Stack, cs: ClusterSettings, run_id: str, label: str) -> Deployed:
-    """Deployment (Recreate, readiness on /health, the HF cache PVC at the cache root) and its Service."""
-    name = object_name(run_id, label, "vllm")
-    engine = labels(run_id, label, "engine")
-    dep = template("vllm/deployment.yaml", name=name, namespace=cs.namespace, image=vllm_image(cs))
-    dep["metadata"]["labels"] = engine
-    dep["spec"]["selector"]["matchLabels"] = engine
-    pod = dep["spec"]["template"]
-    pod["metadata"]["labels"] = engine
-    pod["spec"]["containers"][0].update(
-        args=vllm_server_args(stack, cs, ROOT_HF_HOME, "0.0.0.0"), env=env_list(engine_env(ROOT_HF_HOME), cs),
-        resources=resources(cs.cpu, cs.memory, cs.gpus), securityContext=container_security(),
-        volumeMounts=engine_mounts(ROOT_HF_HOME))
-    pod["spec"]["volumes"] = [cache_volume(cs), shm_volume(cs)]
-    gpu_pod(pod["spec"], cs)
-    svc = template("vllm/service.yaml", name=name, namespace=cs.namespace, port=VLLM_PORT)
-    svc["metadata"]["labels"] = engine
-    svc["spec"]["selector"] = engine
-    return Deployed(objects=[dep, svc], ready=[("Deployment", name)], url=service_url(name, cs.namespace, VLLM_PORT),
-                    engine_selector=selector(engine))
-
-
 RENDERERS: dict[str, Callable[..., Deployed]] = {"vllm": render_vllm, "ray": render_ray, "triton": render_triton,
                                                  "kserve": render_kserve}
 
@@ -111,8 +61,10 @@ def render_side(stack: Stack, cs: ClusterSettings, run_id: str, label: str) -> t
 
 def render_plan(stack: Stack, profile: LoadProfile, cs: ClusterSettings, run_id: str, command: str = "run",
                 repeats: int | None = None) -> K8sPlan:
-    """Every side of `command` (run, compare, audit) for `stack`, with its load Job; nothing is applied."""
+    """Every side of `command` (run, compare, audit) for `stack`, with its load Job; nothing is applied. The
+    cluster settings are settled first (the engine version, the GPUs per pod, the profile's model)."""
     check_stack(stack.kind, "k8s")
+    cs, how = settle(cs, stack.kind, getattr(stack.options, "mode", None), profile.engine)
     sides = []
     for label in side_labels(command):
         kind, deployed = render_side(stack, cs, run_id, label)
@@ -122,7 +74,8 @@ def render_plan(stack: Stack, profile: LoadProfile, cs: ClusterSettings, run_id:
         sides.append(Side(label=label, stack=kind, objects=[profile_cm, *deployed.objects], ready=deployed.ready,
                           url=deployed.url, protocol=deployed.protocol, engine_selector=deployed.engine_selector,
                           load_job=job))
-    return K8sPlan(run_id=run_id, namespace=cs.namespace, sides=sides)
+    return K8sPlan(run_id=run_id, namespace=cs.namespace, sides=sides, settings=cs, engine=how, command=command,
+                   stack=stack.kind)
 
 
 def side_documents(side: Side) -> list[dict]:

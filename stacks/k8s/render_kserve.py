@@ -1,45 +1,49 @@
-"""KServe RawDeployment on the k8s target, by the stack's `mode`:
+"""KServe on the k8s target, by the stack's `mode`:
 - raw: the vLLM ServingRuntime and InferenceService of stacks.kserve_manifests (the runtime is vLLM's own
   OpenAI server; KServe creates the Deployment and Service and leaves the request path), on a GPU;
 - inprocess: KServe's Hugging Face runtime (its model server and data plane in the path, vLLM in-process);
-- proxy has no k8s form."""
+- proxy: KServe's model server with its OpenAIProxyModel (scripts/kserve_server.py, as the local mode runs
+  it) in front of a bare vLLM Deployment."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from harness.errors import LayerbenchError
-from stacks.base import Stack
+from stacks.base import PROJECT_ROOT, Stack
 from stacks.k8s.common import (
     Deployed,
     cache_volume,
+    container_security,
     engine_mounts,
     env_list,
     gpu_engine_args,
     hub_ref,
     labels,
+    metadata,
     object_name,
     resources,
+    served_name,
     service_url,
     shm_volume,
     template,
 )
 from stacks.k8s.plan import ClusterSettings
+from stacks.k8s.render_vllm import render_vllm
 from stacks.kserve_manifests import POD_MODEL_DIR
 from stacks.kserve_manifests import render as render_raw_objects
 
 HF_RUNTIME_HOME = "/mnt/hf-cache"  # KServe's Hugging Face image runs as a non-root user: not under /root
 SERVICE_PORT = 80  # RawDeployment's predictor Service: port 80 -> the container's 8080
-MODES = ("raw", "inprocess")
+MODES = ("raw", "inprocess", "proxy")
+SERVER = PROJECT_ROOT / "scripts" / "kserve_server.py"
+PROXY_PORT = 8080
 OPENAI_PREFIX = "/openai"  # KServe's model server serves the OpenAI API under /openai/v1
 
 
 def kserve_mode(stack: Stack) -> str:
     mode = str(getattr(stack.options, "mode", "raw"))
-    if mode == "proxy":
-        raise LayerbenchError("stack kserve: mode proxy has no k8s form (it is a local stand-in for KServe's "
-                              "proxying data plane); use mode raw (vLLM ServingRuntime) or inprocess (KServe's "
-                              "Hugging Face runtime) with --target k8s")
     if mode not in MODES:
         raise LayerbenchError(f"stack kserve: mode {mode} has no k8s form; the k8s target has {', '.join(MODES)}")
     return mode
@@ -69,6 +73,7 @@ def _finish(runtime: dict[str, Any], isvc: dict[str, Any], cs: ClusterSettings, 
     container["volumeMounts"] = mounts
     runtime["spec"]["volumes"] = volumes
     predictor = isvc["spec"]["predictor"]
+    predictor["minReplicas"] = predictor["maxReplicas"] = cs.replicas
     predictor["model"]["resources"] = resources(cs.cpu, cs.memory, cs.gpus)
     predictor["automountServiceAccountToken"] = False
     if cs.runtime_class:
@@ -98,8 +103,42 @@ def hf_objects(stack: Stack, cs: ClusterSettings, name: str) -> list[dict[str, A
     return [runtime, isvc]
 
 
+def proxy_config(cs: ClusterSettings, upstream: str) -> dict[str, Any]:
+    """scripts/kserve_server.py's config for the proxy mode, in a pod: every interface of the pod's own network."""
+    return {"mode": "proxy", "name": served_name(cs), "host": "0.0.0.0", "port": PROXY_PORT,
+            "applied": "/tmp/applied.json", "predictor_url": upstream, "read_timeout_s": 30.0}
+
+
+def render_proxy(stack: Stack, cs: ClusterSettings, run_id: str, label: str) -> Deployed:
+    """The bare vLLM engine (its own Deployment and Service) and KServe's proxy Deployment in front of it."""
+    engine = render_vllm(stack, cs, run_id, label)
+    name = object_name(run_id, label, "kserve")
+    mine = labels(run_id, label, "layer")
+    server = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata(f"{name}-server", cs.namespace, mine),
+              "data": {"kserve_server.py": SERVER.read_text(),
+                       "config.json": json.dumps(proxy_config(cs, engine.url), indent=2)}}
+    dep = template("kserve/proxy-deployment.yaml", name=name, namespace=cs.namespace, image=cs.kserve_hf_image,
+                   model=served_name(cs), configmap=f"{name}-server")
+    dep["metadata"]["labels"] = mine
+    dep["spec"]["replicas"] = cs.replicas
+    dep["spec"]["selector"]["matchLabels"] = mine
+    pod = dep["spec"]["template"]
+    pod["metadata"]["labels"] = mine
+    pod["spec"]["containers"][0].update(resources=resources(cs.ray_head_cpu, cs.ray_head_memory),
+                                        securityContext=container_security())
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": metadata(name, cs.namespace, mine),
+           "spec": {"type": "ClusterIP", "selector": dict(mine), "ports": [
+               {"name": "http", "port": PROXY_PORT, "targetPort": PROXY_PORT, "protocol": "TCP"}]}}
+    root = service_url(name, cs.namespace, PROXY_PORT)
+    return Deployed(objects=[*engine.objects, server, dep, svc], ready=[*engine.ready, ("Deployment", name)],
+                    url=root + OPENAI_PREFIX, engine_selector=engine.engine_selector,
+                    metrics={"api": f"{root}/metrics", "engine": engine.metrics["api"]})
+
+
 def render_kserve(stack: Stack, cs: ClusterSettings, run_id: str, label: str) -> Deployed:
     mode = kserve_mode(stack)
+    if mode == "proxy":
+        return render_proxy(stack, cs, run_id, label)
     name = object_name(run_id, label, "kserve")
     if mode == "raw":
         runtime, isvc = raw_objects(stack, cs, name)
@@ -109,6 +148,7 @@ def render_kserve(stack: Stack, cs: ClusterSettings, run_id: str, label: str) ->
         runtime, isvc = hf_objects(stack, cs, name)
         _finish(runtime, isvc, cs, run_id, label, engine_mounts(HF_RUNTIME_HOME), [cache_volume(cs), shm_volume(cs)])
         prefix = OPENAI_PREFIX
-    return Deployed(objects=[runtime, isvc], ready=[("InferenceService", name)],
-                    url=service_url(f"{name}-predictor", cs.namespace, SERVICE_PORT, prefix),
-                    engine_selector=f"serving.kserve.io/inferenceservice={name}")
+    root = service_url(f"{name}-predictor", cs.namespace, SERVICE_PORT)
+    return Deployed(objects=[runtime, isvc], ready=[("InferenceService", name)], url=root + prefix,
+                    engine_selector=f"serving.kserve.io/inferenceservice={name}",
+                    metrics={"api": f"{root}/metrics"})  # vLLM's own, or KServe's model server's, at the root

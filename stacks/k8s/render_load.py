@@ -23,6 +23,10 @@ def load_command(command: str, url: str, deployed: Deployed, profile_path: str, 
         args += ["--repeats", str(repeats)]
     if deployed.protocol == "triton":  # Triton's generate_stream, not OpenAI's API: the client must know
         args += ["--opt", "protocol=triton", "--opt", f"model={deployed.model}"]
+    if deployed.metrics:  # the layer's own metric ports, as the local stack declares them
+        args += ["--opt", "metric_endpoints=" + ",".join(f"{k}={v}" for k, v in deployed.metrics.items())]
+    if deployed.aliases:
+        args += ["--opt", "aliases=" + ",".join(deployed.aliases)]
     return args
 
 

@@ -33,6 +33,12 @@ from stacks.vllm import engine_kwargs
 
 RAY_HF_HOME = "/home/ray/.cache/huggingface"  # Ray's images run as the user `ray`
 SERVE_PORT = 8000
+METRICS_PORT = 8080  # each Ray node's metrics agent: the engine's vllm:* families as ray_vllm_*
+RAY_LOGS = "/tmp/ray"
+# vLLM logs into Ray's session files on the node that runs the engine, not to the pod's stdout: a sidecar that
+# shares /tmp/ray prints vLLM's startup lines from them, so the engine version is read where Ray writes it
+ENGINE_LOG_SIDECAR = ("until grep -rhE 'vLLM API server version|LLM engine \\(v[0-9]' "
+                      f"{RAY_LOGS}/session_latest/logs 2>/dev/null; do sleep 5; done; exec sleep 2147483647")
 
 
 def ray_version(image: str) -> str:
@@ -53,7 +59,7 @@ def serve_config(stack: Stack, cs: ClusterSettings, hf_home: str = RAY_HF_HOME) 
         kwargs["revision"] = ref.revision
     env = {**engine_env(hf_home), "RAY_USAGE_STATS_ENABLED": "0"}
     llm = {"model_loading_config": {"model_id": served_name(cs), "model_source": ref.model},
-           "deployment_config": {"num_replicas": 1, "max_ongoing_requests": o.max_ongoing_requests},
+           "deployment_config": {"num_replicas": cs.replicas, "max_ongoing_requests": o.max_ongoing_requests},
            "engine_kwargs": kwargs,
            "experimental_configs": {"stream_batching_interval_ms": o.stream_batching_interval_ms},
            "log_engine_metrics": True,
@@ -87,5 +93,32 @@ def render_ray(stack: Stack, cs: ClusterSettings, run_id: str, label: str) -> De
         pod["spec"]["volumes"] = [cache_volume(cs), shm_volume(cs)]
         pod["spec"]["automountServiceAccountToken"] = False
     gpu_pod(worker["spec"], cs)
-    return Deployed(objects=[svc], ready=[("RayService", name)],
-                    url=service_url(f"{name}-serve-svc", cs.namespace, SERVE_PORT), engine_selector=selector(engine))
+    group = cluster["workerGroupSpecs"][0]
+    group["replicas"] = group["minReplicas"] = group["maxReplicas"] = cs.replicas  # a GPU worker per engine
+    _log_sidecar(worker["spec"], cs.ray_image)
+    metrics = _metrics_service(f"{name}-metrics", cs, engine, labels(run_id, label, "layer"))
+    return Deployed(objects=[svc, metrics], ready=[("RayService", name)],
+                    url=service_url(f"{name}-serve-svc", cs.namespace, SERVE_PORT), engine_selector=selector(engine),
+                    metrics={"ray_metrics": f"{service_url(metrics['metadata']['name'], cs.namespace, METRICS_PORT)}"
+                             "/metrics"}, aliases=("ray_vllm_",))
+
+
+def _log_sidecar(pod: dict[str, Any], image: str) -> None:
+    """The engine node's Ray logs on a shared volume, and a container that prints vLLM's startup lines."""
+    volume = {"name": "ray-logs", "emptyDir": {}}
+    pod["volumes"].append(volume)
+    pod["containers"][0]["volumeMounts"].append({"name": "ray-logs", "mountPath": RAY_LOGS})
+    pod["containers"].append({
+        "name": "engine-log", "image": image, "command": ["sh", "-c", ENGINE_LOG_SIDECAR],
+        "resources": resources("100m", "128Mi"), "securityContext": container_security(),
+        "volumeMounts": [{"name": "ray-logs", "mountPath": RAY_LOGS, "readOnly": True}]})
+
+
+def _metrics_service(name: str, cs: ClusterSettings, engine: dict[str, str], mine: dict[str, str]) -> dict[str, Any]:
+    """A Service in front of the engine nodes' metrics agents (KubeRay makes one for the head and one for
+    Serve, none for a worker's metrics), so the load reads the engine's ray_vllm_* families."""
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": cs.namespace,
+                                                                 "labels": mine},
+            "spec": {"type": "ClusterIP", "selector": dict(engine),
+                     "ports": [{"name": "metrics", "port": METRICS_PORT, "targetPort": METRICS_PORT,
+                                "protocol": "TCP"}]}}

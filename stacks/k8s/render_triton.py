@@ -67,6 +67,7 @@ def render_triton(stack: TritonStack, cs: ClusterSettings, run_id: str, label: s
     dep = template("triton/deployment.yaml", name=name, namespace=cs.namespace, image=cs.triton_image, model=model,
                    configmap=f"{name}-model")
     dep["metadata"]["labels"] = engine
+    dep["spec"]["replicas"] = cs.replicas
     dep["spec"]["selector"]["matchLabels"] = engine
     pod = dep["spec"]["template"]
     pod["metadata"]["labels"] = engine
@@ -80,6 +81,8 @@ def render_triton(stack: TritonStack, cs: ClusterSettings, run_id: str, label: s
     svc = template("triton/service.yaml", name=name, namespace=cs.namespace)
     svc["metadata"]["labels"] = engine
     svc["spec"]["selector"] = engine
-    return Deployed(objects=[repo, dep, svc], ready=[("Deployment", name)],
-                    url=service_url(name, cs.namespace, HTTP_PORT), engine_selector=selector(engine),
-                    protocol="triton", model=model)
+    url = service_url(name, cs.namespace, HTTP_PORT)
+    # as the local Triton stack declares them: the serving port, and Triton's own metrics port
+    metrics = {"api": f"{url}/metrics", "triton_metrics": f"{service_url(name, cs.namespace, HTTP_PORT + 2)}/metrics"}
+    return Deployed(objects=[repo, dep, svc], ready=[("Deployment", name)], url=url, engine_selector=selector(engine),
+                    protocol="triton", model=model, metrics=metrics)

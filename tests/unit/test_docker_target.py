@@ -18,8 +18,14 @@ from stacks.k8s.docker import command_problems, render_docker, script, write_doc
 from stacks.k8s.plan import ClusterSettings
 
 RUN = "20261201-101010-compare-ray-abc123"
+
+
+def settings(**kw) -> ClusterSettings:
+    """These tests' cluster: a small model on a branch revision (resolved offline from the cache's refs)."""
+    return ClusterSettings(**{"model": "Qwen/Qwen2.5-0.5B-Instruct", "model_revision": "main", **kw})
+
 PROFILE = load_profile("quick")
-CS = ClusterSettings()
+CS = settings()
 
 
 def render(kind: str, command: str = "compare", cs: ClusterSettings = CS, **options):
@@ -31,15 +37,18 @@ def image_args(argv: list[str], image: str) -> list[str]:
     return argv[argv.index(image) + 1:]
 
 
-@pytest.mark.parametrize(("kind", "options", "image"), [
-    ("vllm", {}, "vllm/vllm-openai:v0.32.0"), ("ray", {}, CS.ray_image), ("triton", {}, CS.triton_image),
-    ("kserve", {}, "vllm/vllm-openai:v0.32.0"), ("kserve", {"mode": "inprocess"}, CS.kserve_hf_image)])
-def test_every_stack_renders_valid_commands(kind, options, image):
+@pytest.mark.parametrize(("kind", "options", "image", "baseline"), [
+    ("vllm", {}, "vllm/vllm-openai:v0.32.0", "0.32.0"), ("ray", {}, CS.ray_image, "0.29.0"),
+    ("triton", {}, CS.triton_image, "0.32.0"), ("kserve", {}, "vllm/vllm-openai:v0.32.0", "0.32.0"),
+    ("kserve", {"mode": "inprocess"}, CS.kserve_hf_image, "0.24.0")])
+def test_every_stack_renders_valid_commands(kind, options, image, baseline):
+    """The baseline runs the vLLM its stack's image bundles (Ray 2.60: 0.29.0, KServe 0.21's runtime: 0.24.0;
+    Triton's is read at preflight, the local engine's until then)."""
     plan = render(kind, **options)
     assert [(s.label, s.stack) for s in plan.sides] == [("baseline", "vllm"), ("stack", kind)]
     assert command_problems(plan, CS) == []
     base, side = plan.sides
-    assert base.image == "vllm/vllm-openai:v0.32.0" and side.image == image
+    assert base.image == f"vllm/vllm-openai:v{baseline}" and side.image == image
     for s in plan.sides:
         assert s.load[s.load.index("--network") + 1] == f"container:{s.server}"
         assert not any(a == "host" or a.endswith("=host") for a in s.run + s.load)  # no host network, pid, ipc

@@ -19,7 +19,8 @@ from stacks.k8s.validate import object_problems
     # in test_k8s_render instead
     pytest.param("ray", [], marks=pytest.mark.slow), pytest.param("triton", [], marks=pytest.mark.slow),
     pytest.param("kserve", [], marks=pytest.mark.slow),
-    pytest.param("kserve", ["--opt", "mode=inprocess"], marks=pytest.mark.slow)])
+    pytest.param("kserve", ["--opt", "mode=inprocess"], marks=pytest.mark.slow),
+    pytest.param("kserve", ["--opt", "mode=proxy"], marks=pytest.mark.slow)])
 def test_compare_dry_run_writes_valid_manifests(kind, extra, tmp_path, capsys, monkeypatch):
     def no_cluster(*args, **kwargs):
         raise AssertionError("a dry run must not reach the cluster")
@@ -81,8 +82,8 @@ def test_k8s_without_dry_run_hands_the_plan_to_the_runner(tmp_path, monkeypatch,
     (["compare", "--resume", "x", "--dry-run"], "--dry-run plans a new run; it cannot be combined with --resume"),
     (["compare", "--resume", "x", "--target", "k8s"], "cannot be combined with --target k8s"),
     (["compare", "--stack", "sim", "--target", "k8s", "--dry-run"], "stack sim has no k8s form"),
-    (["audit", "--stack", "kserve", "--opt", "mode=proxy", "--target", "k8s", "--dry-run"],
-     "mode proxy has no k8s form"),
+    (["audit", "--stack", "kserve", "--opt", "mode=nothing", "--target", "k8s", "--dry-run"],
+     "stack kserve: option mode"),
     (["compare", "--stack", "ray", "--opt", "ingress_replicas=0", "--target", "k8s", "--dry-run"],
      "stack ray: option ingress_replicas"),
     (["run", "--stack", "vllm", "--cluster-config", "c.yaml"], "--cluster-config needs --target docker or"),

@@ -18,6 +18,12 @@ from stacks.k8s.render import render_plan, write_plan
 from stacks.k8s.validate import plan_problems
 
 RUN = "20261201-101010-compare-ray-abc123"
+
+
+def settings(**kw) -> ClusterSettings:
+    """These tests' cluster: a small model on a branch revision (resolved offline from the cache's refs)."""
+    return ClusterSettings(**{"model": "Qwen/Qwen2.5-0.5B-Instruct", "model_revision": "main", **kw})
+
 COMMIT = "7ae557604adf67be50417f59c2c2f167def9a775"
 PROFILE = load_profile("quick")
 
@@ -27,7 +33,7 @@ def stack(kind: str, **options):
 
 
 def plan(kind: str, cs: ClusterSettings | None = None, command: str = "compare", **options) -> K8sPlan:
-    return render_plan(stack(kind, **options), PROFILE, cs or ClusterSettings(), RUN, command, repeats=2)
+    return render_plan(stack(kind, **options), PROFILE, cs or settings(), RUN, command, repeats=2)
 
 
 def by_kind(objects: list[dict], kind: str) -> dict:
@@ -43,8 +49,8 @@ def containers(pod_spec: dict) -> dict[str, dict]:
 # --- every stack, every validator -----------------------------------------------------------------------
 
 @pytest.mark.parametrize(("kind", "options"), [("vllm", {}), ("ray", {}), ("triton", {}), ("kserve", {}),
-                                               ("kserve", {"mode": "inprocess"})])
-@pytest.mark.parametrize("cs", [ClusterSettings(), ClusterSettings(
+                                               ("kserve", {"mode": "inprocess"}), ("kserve", {"mode": "proxy"})])
+@pytest.mark.parametrize("cs", [settings(), settings(
     runtime_class="nvidia", hf_token_secret="hf-token", model_revision=COMMIT, kserve_storage="pvc",
     results_pvc="results", gpus=2)], ids=["defaults", "everything-set"])
 def test_every_rendered_object_passes_the_validators(kind, options, cs):
@@ -67,7 +73,7 @@ def test_run_deploys_the_stack_alone_and_names_are_unique_per_side():
 # --- bare vLLM -----------------------------------------------------------------------------------------
 
 def test_bare_vllm_deployment():
-    cs = ClusterSettings(runtime_class="nvidia", hf_token_secret="hf-token", model_revision=COMMIT)
+    cs = settings(runtime_class="nvidia", hf_token_secret="hf-token", model_revision=COMMIT)
     side = plan("vllm", cs).sides[0]
     dep, svc = by_kind(side.objects, "Deployment"), by_kind(side.objects, "Service")
     pod = dep["spec"]["template"]["spec"]
@@ -104,7 +110,7 @@ def test_a_branch_revision_is_resolved_offline_from_the_cache():
 
 
 def test_no_gpu_leaves_no_gpu_resource():
-    c = containers(by_kind(plan("vllm", ClusterSettings(gpus=0)).sides[0].objects,
+    c = containers(by_kind(plan("vllm", settings(gpus=0)).sides[0].objects,
                            "Deployment")["spec"]["template"]["spec"])["vllm"]
     assert "nvidia.com/gpu" not in c["resources"]["limits"]
 
@@ -146,7 +152,7 @@ def test_rayservice_has_the_local_serve_shape():
 def test_extra_vllm_flags_cannot_reach_ray():
     s = get_stack("ray")(DeploySettings(engine=PROFILE.engine.model_copy(update={"extra_args": ["--x"]})))
     with pytest.raises(LayerbenchError, match="extra_args"):
-        render_plan(s, PROFILE, ClusterSettings(), RUN, "compare")
+        render_plan(s, PROFILE, settings(), RUN, "compare")
 
 
 # --- Triton --------------------------------------------------------------------------------------------
@@ -176,7 +182,10 @@ def test_triton_serves_the_local_model_repository_from_a_configmap():
     assert "cp -rL /model-source/. /models/" in c["model-repository"]["command"][-1]  # the model writes beside itself
     assert (side.protocol, side.url) == ("triton", "http://lb-stack-triton-abc123.layerbench.svc.cluster.local:8000")
     args = side.load_job["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[-4:] == ["--opt", "protocol=triton", "--opt", f"model={model}"]
+    assert args[-6:-2] == ["--opt", "protocol=triton", "--opt", f"model={model}"]
+    # the load reads Triton's own metrics port, as the local stack does
+    svc = f"http://{side.url.split('//')[1].split(':')[0]}"
+    assert args[-2:] == ["--opt", f"metric_endpoints=api={svc}:8000/metrics,triton_metrics={svc}:8002/metrics"]
 
 
 def test_triton_engine_metrics_option_reaches_the_engine_spec():
@@ -207,7 +216,7 @@ def test_kserve_raw_is_the_vllm_runtime_on_a_gpu():
 
 
 def test_kserve_raw_from_the_cache_pvc():
-    cs = ClusterSettings(kserve_storage="pvc", model_revision=COMMIT)
+    cs = settings(kserve_storage="pvc", model_revision=COMMIT)
     model = by_kind(plan("kserve", cs).sides[1].objects, "InferenceService")["spec"]["predictor"]["model"]
     assert model["storageUri"] == "pvc://hf-cache/hub"
     # the runtime's --model=/mnt/models comes first; the model's args come after it, and the last one wins
@@ -216,7 +225,7 @@ def test_kserve_raw_from_the_cache_pvc():
 
 
 def test_kserve_raw_downloads_the_pinned_revision():
-    isvc = by_kind(plan("kserve", ClusterSettings(model_revision=COMMIT)).sides[1].objects, "InferenceService")
+    isvc = by_kind(plan("kserve", settings(model_revision=COMMIT)).sides[1].objects, "InferenceService")
     assert isvc["spec"]["predictor"]["model"]["storageUri"] == f"hf://Qwen/Qwen2.5-0.5B-Instruct:{COMMIT}"
 
 
@@ -233,16 +242,31 @@ def test_kserve_inprocess_is_the_hugging_face_runtime():
     assert side.url.endswith("-predictor.layerbench.svc.cluster.local:80/openai")  # KServe's OpenAI routes
 
 
-def test_kserve_proxy_has_no_k8s_form():
-    with pytest.raises(LayerbenchError, match="mode proxy has no k8s form"):
-        plan("kserve", mode="proxy")
+def test_kserve_proxy_is_kserves_proxy_model_in_front_of_a_bare_vllm():
+    side = plan("kserve", mode="proxy").sides[1]
+    kinds = [(o["kind"], o["metadata"]["name"]) for o in side.objects if o["kind"] != "ConfigMap"]
+    assert kinds == [("Deployment", "lb-stack-vllm-abc123"), ("Service", "lb-stack-vllm-abc123"),
+                     ("Deployment", "lb-stack-kserve-abc123"), ("Service", "lb-stack-kserve-abc123")]
+    assert side.ready == [("Deployment", "lb-stack-vllm-abc123"), ("Deployment", "lb-stack-kserve-abc123")]
+    server = next(o for o in side.objects if o["metadata"]["name"] == "lb-stack-kserve-abc123-server")
+    config = json.loads(server["data"]["config.json"])
+    assert config["mode"] == "proxy" and config["host"] == "0.0.0.0"  # inside the pod's own network namespace
+    assert config["predictor_url"] == "http://lb-stack-vllm-abc123.layerbench.svc.cluster.local:8000"
+    assert "def proxy_model" in server["data"]["kserve_server.py"]  # the very script the local mode runs
+    proxy = containers(by_kind([o for o in side.objects if o["metadata"]["name"] == "lb-stack-kserve-abc123"],
+                               "Deployment")["spec"]["template"]["spec"])["kserve-proxy"]
+    assert proxy["image"] == "kserve/huggingfaceserver:v0.21.0-gpu" and "nvidia.com/gpu" not in str(proxy["resources"])
+    engine = containers(by_kind(side.objects[:3], "Deployment")["spec"]["template"]["spec"])["vllm"]
+    assert engine["args"][engine["args"].index("--max-model-len") + 1] == str(PROFILE.engine.max_model_len)
+    assert side.url.endswith("lb-stack-kserve-abc123.layerbench.svc.cluster.local:8080/openai")
+    assert side.engine_selector.endswith("layerbench.io/role=engine")  # the version is read from the engine
 
 
 @pytest.mark.parametrize("kind", ["endpoint", "sim", "sim-proxy"])
 def test_stacks_without_a_cluster_form_are_refused(kind):
     s = get_stack(kind)(DeploySettings(url="http://127.0.0.1:1"))
     with pytest.raises(LayerbenchError, match=f"stack {kind} has no k8s form"):
-        render_plan(s, PROFILE, ClusterSettings(), RUN, "compare")
+        render_plan(s, PROFILE, settings(), RUN, "compare")
 
 
 # --- the load Job -------------------------------------------------------------------------------------

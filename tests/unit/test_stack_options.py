@@ -54,7 +54,8 @@ def test_bad_value_is_refused_at_construction(kind, option, value, why):
 def test_unknown_option_is_refused_with_the_known_ones():
     with pytest.raises(LayerbenchError, match=r"unknown option\(s\) for stack ray: nope; known: .*ingress_replicas"):
         build("ray", nope=1)
-    with pytest.raises(LayerbenchError, match="unknown option.*endpoint: port; known: model, protocol"):
+    with pytest.raises(LayerbenchError,
+                       match="unknown option.*endpoint: port; known: aliases, metric_endpoints, model, protocol"):
         build("endpoint", port=8000)
     with pytest.raises(LayerbenchError, match="request_delay_ms"):  # a proxy option is not the engine's
         build("sim", request_delay_ms=5)
@@ -75,7 +76,7 @@ def test_allowed_options_come_from_the_models():
                                                   "stream_batching_interval_ms", "num_cpus"}
     assert get_stack("vllm").allowed_options() == {"port"}
     assert get_stack("triton").allowed_options() == {"port", "report_engine_metrics"}
-    assert get_stack("endpoint").allowed_options() == {"protocol", "model"}
+    assert get_stack("endpoint").allowed_options() == {"protocol", "model", "metric_endpoints", "aliases"}
     sim, proxy = get_stack("sim").allowed_options(), get_stack("sim-proxy").allowed_options()
     assert {"ttft_ms", "fail_500", "port"} <= sim and sim < proxy and {"metrics", "rechunk"} <= proxy - sim
 
