@@ -143,7 +143,8 @@ compare: $(needs)  ## a layer against its version-matched bare vLLM; report unde
 capacity: $(needs)  ## the highest concurrency (or rate) meeting the SLA
 	$(LB) capacity --stack $(STACK) --profile $(PROFILE) $(MODEL_ARGS) $(if $(URL),--url $(URL)) $(if $(MODE),--opt mode=$(MODE)) \
 		$(if $(filter-out 0 no false,$(BASELINE)),--baseline) $(if $(SLA_TTFT_P95),--sla-ttft-p95 $(SLA_TTFT_P95)) \
-		$(if $(SLA_ITL_P95),--sla-itl-p95 $(SLA_ITL_P95)) $(if $(REPEATS),--repeats $(REPEATS)) $(ARGS)
+		$(if $(SLA_ITL_P95),--sla-itl-p95 $(SLA_ITL_P95)) $(if $(REPEATS),--repeats $(REPEATS)) --target $(TARGET) \
+		$(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) $(ARGS)
 
 sweep: $(needs)  ## an engine setting (SETTING=) or a layer option (OPT=) swept
 	$(LB) sweep --stack $(STACK) --profile $(PROFILE) $(MODEL_ARGS) $(if $(SETTING),--setting $(SETTING)) $(if $(OPT),--option $(OPT)) \

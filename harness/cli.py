@@ -42,15 +42,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness.session import deploy_and_measure, place
     from harness.terminal import run_summary
 
+    shard, sweep = load_shard(args, profile)
+    if shard is not None and shard.index > 0:  # one pod reads the metric endpoints for the side, not every pod
+        profile = profile.model_copy(update={"scrape": "none"})
     writer = RunWriter(run_id, Path(args.results_dir), meta={
         "command": "run", "stack": args.stack, "profile": profile.model_dump(), "placement": place(profile),
-        "pid": os.getpid()})
+        "pid": os.getpid(), **({"pod": shard.index, "pods": shard.count} if shard else {}),
+        "clock": {"wall_minus_perf_ns": time.time_ns() - time.perf_counter_ns()}})
     console.print(f"run [bold]{run_id}[/] → {writer.dir}")
     t0 = time.monotonic()
     summary = None
     with recorded(writer) as outcome:
         with stack:
-            summary = deploy_and_measure(stack, profile, writer, args.stack, console, args.repeats)
+            summary = deploy_and_measure(stack, profile, writer, args.stack, console, args.repeats, sweep=sweep)
+        if shard is not None and shard.barrier is not None:
+            shard.barrier.close()
     partial = writer.dir / "summary.json"
     if summary is None and partial.exists():  # stopped mid-run: what was measured, and why it stopped
         from harness.sweep import RunSummary
@@ -64,6 +70,27 @@ def cmd_run(args: argparse.Namespace) -> int:
         writer.scrub()
     run_summary(console, summary, writer.dir, outcome.status)
     return outcome.exit_code(writer)
+
+
+def load_shard(args: argparse.Namespace, profile):
+    """(this load process's Shard, the sweep that runs it) for `run --shards N` (one of N load pods of a side:
+    the index from --shard-index, or an Indexed Job's JOB_COMPLETION_INDEX), else (None, the usual sweep)."""
+    import functools
+
+    from harness.barrier import Barrier, Shard
+    from harness.sweep import measure
+
+    count = getattr(args, "shards", None) or 1
+    if count == 1:
+        return None, measure
+    index = args.shard_index if args.shard_index is not None else int(os.environ.get("JOB_COMPLETION_INDEX", "-1"))
+    if not 0 <= index < count:
+        raise LayerbenchError(f"--shards {count} needs --shard-index 0..{count - 1} (or JOB_COMPLETION_INDEX)")
+    if not args.barrier:
+        raise LayerbenchError("--shards needs --barrier HOST:PORT, where load process 0 listens")
+    shard = Shard(index, count, Barrier(index, count, args.barrier))
+    shard.check(profile.levels(), profile.open_loop)
+    return shard, functools.partial(measure, shard=shard)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -90,8 +117,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.target != "local" or args.dry_run:
         return run_target("compare", args, stack, profile, run_id, repeats, console)
     from harness.compare import latest_aa, observer_effect, run_compare
-    from harness.report import REPORTS_DIR, write_report
-    from harness.samples import ttft_samples
+    from harness.report import REPORTS_DIR
     from harness.session import place
     from harness.terminal import compare_summary
 
@@ -117,12 +143,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     summary.aa = latest_aa(results, profile.name, exclude=run_id)
     summary.observer_effect = observer_effect(profile.scrape)
     writer.write_json("compare.json", summary.model_dump())
-    from harness.compare_extras import decision_extras
+    from harness.compare_extras import write_compare_report
 
-    model = stack.settings.model_path if stack.loads_model else None
-    bullets, extra, details = decision_extras(summary, profile.engine, model, cost)
-    report = write_report(summary, Path(args.reports_dir) / run_id if args.reports_dir else REPORTS_DIR / run_id,
-                          bullets, extra, details, ttfts=ttft_samples(writer.dir, summary.measured_repeats))
+    report = write_compare_report(summary, profile.engine, writer.dir, Path(args.reports_dir or REPORTS_DIR) / run_id,
+                                  cost)
     writer.scrub(report.parent)
     compare_summary(console, summary, report, writer.dir, outcome.status)
     return outcome.exit_code(writer)
@@ -217,6 +241,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--gpu-hourly-usd", type=inputs.positive_float, default=None,
                    help="what one GPU costs per hour (default: $GPU_HOURLY_USD)")
     r.add_argument("--results-dir", type=inputs.results_dir, default=str(RESULTS_DIR), help=results_help)
+    r.add_argument("--shards", type=inputs.positive_int, help="this process sends its part of each level, one of N "
+                   "load processes (the k8s target's load_parallelism)")
+    r.add_argument("--shard-index", type=int, help="which part, 0..N-1 (default: $JOB_COMPLETION_INDEX)")
+    r.add_argument("--barrier", metavar="HOST:PORT", help="with --shards: where process 0 listens; every level "
+                   "starts in all of them at once")
     add_target_arguments(r)
     add_model_arguments(r)
     r.set_defaults(func=cmd_run)

@@ -33,13 +33,17 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     from harness.session import baseline_then_stack, place, sides
     from stacks.base import get_stack
 
-    _local_only(args, "capacity")
     cost = price(args.gpu_hourly_usd)
     profile = profile_for(args)
     sla = SLA(ttft_p95_s=args.sla_ttft_p95 or profile.slo.ttft_s, itl_p95_s=args.sla_itl_p95 or profile.slo.itl_p95_s)
     stack_cls = get_stack(args.stack)
     run_id = new_run_id(f"capacity-{args.stack}")
     stack = stack_cls(settings_for(args, profile, Path(args.results_dir) / run_id / "logs"))
+    if args.target != "local":
+        from harness.targets import run_capacity
+
+        return run_capacity(args, stack, profile, sla, run_id, console)
+    _local_only(args, "capacity")
     if args.baseline and stack.baseline() is None:
         raise LayerbenchError(f"stack {args.stack} has no baseline layerbench can deploy: BASELINE=1 needs a stack "
                               "that names its bare vLLM (not endpoint)")

@@ -12,25 +12,24 @@ from harness.results import RESULTS_DIR
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from harness.compare_extras import decision_extras
+    from harness.compare_extras import write_compare_report
     from harness.cost import price
-    from harness.report import REPORTS_DIR, write_report
+    from harness.report import REPORTS_DIR
     from harness.rerender import load_compare, recorded_profile
-    from harness.samples import ttft_samples
     from harness.terminal import compare_summary
-    from stacks.base import MODEL_DIR, get_stack
 
     run_dir = Path(args.results_dir) / args.run_id
     if not run_dir.is_dir():
         raise LayerbenchError(f"no run folder {run_dir} (run ids are the folder names under {args.results_dir})")
+    if not (run_dir / "compare.json").exists() and (run_dir / "compare-plan.json").exists():
+        from harness.remote_run import conclude  # a docker compare whose commands.sh ran by hand
+
+        conclude(run_dir)
     summary = load_compare(run_dir)
     cost = price(args.gpu_hourly_usd)
     profile = recorded_profile(run_dir)
-    served = summary.model.path if summary.model is not None and summary.model.path else MODEL_DIR  # as recorded
-    model = served if profile is not None and get_stack(summary.stack).loads_model else None
-    bullets, extra, details = decision_extras(summary, profile.engine, model, cost) if profile else ([], [], [])
     out = Path(args.out_dir) if args.out_dir else REPORTS_DIR / args.run_id
-    report = write_report(summary, out, bullets, extra, details, ttfts=ttft_samples(run_dir, summary.measured_repeats))
+    report = write_compare_report(summary, profile.engine if profile else None, run_dir, out, cost)
     compare_summary(console, summary, report, run_dir, summary.status)
     return 0
 

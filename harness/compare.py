@@ -101,6 +101,8 @@ class CompareSummary(BaseModel):
     model: ServedModel | None = None  # what both sides served: id, resolved revision, config digest
     devices: list[int] = []  # the GPUs each side was given (the same for both); [] on a host without GPUs
     gpu_host: dict | None = None  # the host's GPUs (harness.gpus.GpuHost.to_json); None: no GPU
+    target: str = "local"  # where both sides ran: local, k8s or docker
+    cluster: dict | None = None  # k8s/docker: the context, server, namespace, and each side's images and nodes
 
     @property
     def on_gpu(self) -> bool:
@@ -333,7 +335,17 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
 
     measured = baseline_then_stack(targets, profile, writer, console, repeats, plan, after_side=keep)
     keep(measured)
-    summary.version_match = summary.versions["baseline"] == summary.versions["stack"]
+    settle(summary, profile, read_jsonl(writer.dir / "scrapes.jsonl"), measured.live, stack.observability_note(),
+           allow_mismatch)
+    writer.write_json("compare.json", summary.model_dump())
+    return summary
+
+
+def settle(summary: CompareSummary, profile: LoadProfile, scrapes: list[dict], live: dict,
+           note: str | None, allow_mismatch: bool) -> CompareSummary:
+    """Everything a compare concludes once both sides' runs are in `summary.runs` (measured here, or unpacked
+    from a cluster's load Jobs): versions, settings, the per-level deltas, the audit and the status."""
+    summary.version_match = summary.versions.get("baseline") == summary.versions.get("stack")
     if not summary.version_match and not allow_mismatch:
         summary.failures["versions"] = f"live versions differ: {summary.versions}"
     if "baseline" in summary.applied and "stack" in summary.applied:
@@ -342,9 +354,6 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
         summary.settings_match = not summary.settings_mismatches
     summary.levels = level_deltas(summary.runs.get("baseline"), summary.runs.get("stack"), profile.levels(),
                                   profile.open_loop)
-    scrapes = read_jsonl(writer.dir / "scrapes.jsonl")
-    summary.audit = audit_from_scrapes(scrapes, measured.live, stack.kind, stack.metric_aliases(),
-                                       stack.observability_note())
+    summary.audit = audit_from_scrapes(scrapes, live, summary.stack, summary.renames or (), note)
     summary.status = "failed" if summary.failures else "complete"
-    writer.write_json("compare.json", summary.model_dump())
     return summary

@@ -45,3 +45,17 @@ def decision_extras(s: CompareSummary, engine: EngineSettings, model_path: Path 
     details = kv_tables([(label, engine, applied) for label, applied in s.applied.items()], model_path) \
         if model_path is not None else []
     return bullets, tables, details
+
+
+def write_compare_report(s: CompareSummary, engine: EngineSettings | None, run_dir: Path, out_dir: Path,
+                         cost: Price | None) -> Path:
+    """The compare's report into out_dir from its summary and run folder: what `compare` writes at its end and
+    `render` writes again (and what a cluster's compare writes once its sides are unpacked)."""
+    from harness.report import write_report
+    from harness.samples import ttft_samples
+    from stacks.base import MODEL_DIR, get_stack
+
+    loads = s.target == "local" and get_stack(s.stack).loads_model  # a cluster's model files are not here
+    model = (s.model.path if s.model is not None and s.model.path else MODEL_DIR) if loads else None
+    bullets, extra, details = decision_extras(s, engine, model, cost) if engine is not None else ([], [], [])
+    return write_report(s, out_dir, bullets, extra, details, ttfts=ttft_samples(run_dir, s.measured_repeats))

@@ -67,7 +67,7 @@ def decision(s: CompareSummary) -> list[str]:
     each side's capacity at the SLO, and what the layer added outside the engine."""
     top = s.top
     b, st = side_names(s)
-    lines = [*model_line(s), *step_line(s)]
+    lines = [*model_line(s), *target_line(s), *step_line(s)]
     if top is not None:
         ci = f"95% interval {top.ci.text()}: " if top.ci else ""
         lines.append(f"**{s.stack}{f' ({s.shape})' if s.shape else ''}: {top.delta_pct:+.1f}% output tok/s at "
@@ -107,6 +107,25 @@ def model_line(s: CompareSummary) -> list[str]:
     else:
         where = "on this host's CPU (no GPU)"
     return [f"served: **{m.text()}** ({MODEL_WORDS[m.source]}) {where}, the same on both sides"]
+
+
+def target_line(s: CompareSummary) -> list[str]:
+    """Where a cluster or docker compare ran: the target, its context, each side's image and node."""
+    if s.target == "local" or not s.cluster:
+        return []
+    c = s.cluster
+    where = ", ".join(x for x in (f"context `{c['context']}`" if c.get("context") else "",
+                                  f"namespace {c['namespace']}" if c.get("namespace") else "") if x)
+    sides = []
+    for label in ("baseline", "stack"):
+        side = c.get(label) or {}
+        nodes = ", ".join(side.get("nodes") or [])
+        sides.append(f"{label} {', '.join(side.get('images') or ['?'])}" + (f" on node {nodes}" if nodes else ""))
+    pods = c.get("pods") or {}
+    counts = "; ".join(f"{label}: " + ", ".join(f"pod {p['pod']} sent {p['sent']} recorded {p['recorded']}"
+                                                for p in ps) for label, ps in pods.items() if len(ps) > 1)
+    return [f"target: **{s.target}**" + (f" ({where})" if where else "") + "; " + "; ".join(sides)
+            + (f"; load pods: {counts}" if counts else "")]
 
 
 def _where_it_went(s: CompareSummary) -> list[str]:

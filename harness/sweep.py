@@ -19,6 +19,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from harness.barrier import Shard
 from harness.client import RequestRecord
 from harness.errors import LayerbenchError
 from harness.gpu_telemetry import GpuSampler, GpuWindow, telemetry_note
@@ -44,6 +45,7 @@ class LevelSummary(BaseModel):
     incomplete: str | None = None  # why the level stopped before its end; its figures cover what was sent
     invocation: int = 0  # 0: the first `compare`, n: the n-th `--resume` of it
     sent: int | None = None  # requests the load loop started; each one is a line in requests.jsonl
+    part_of: float | None = None  # one load pod's part of the side's level (stacks/k8s load_parallelism)
     gpu: list[GpuWindow] = []  # NVML (and DCGM) per GPU of the deployment over the window; [] without GPUs
 
 
@@ -94,23 +96,30 @@ class RunSummary(BaseModel):
 
 def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunSummary,
             console: Console, repeats: int | None = None, skip: frozenset[tuple[int, float]] = frozenset(),
-            invocation: int = 0) -> RunSummary:
+            invocation: int = 0, shard: Shard | None = None) -> RunSummary:
     """skip: (repeat, level) pairs already measured by an earlier invocation (`compare --resume`); a level is
-    its concurrency, or its rate in an open-loop profile (LevelStats.level)."""
+    its concurrency, or its rate in an open-loop profile (LevelStats.level). shard: this process's part of a
+    side's load (one of several load pods); each record names the level it is part of."""
     ep = stack.endpoint()
     tok = stack.settings.model_path / "tokenizer.json"
-    gen = PromptGenerator(writer.run_id, f"{summary.label}:{stack.kind}", profile.input_tokens,
-                          tok if tok.exists() else None)
+    part = shard.part if shard else (lambda n: n)
+    gen = PromptGenerator(writer.run_id, f"{summary.label}:{stack.kind}" + (f":pod{shard.index}" if shard else ""),
+                          profile.input_tokens, tok if tok.exists() else None)
+    current = [0.0]  # the level being measured (its whole, where this process sends a part of it)
     client = CLIENTS[ep.protocol](ep.base_url, ep.model, api=profile.api, max_tokens=profile.output_tokens,
                                   ignore_eos=profile.ignore_eos, timeout_s=profile.request_timeout_s)
     def on_record(rec: RequestRecord) -> None:
         d = rec.to_json()
         d["label"], d["invocation"] = summary.label, invocation
+        if shard is not None:
+            d["part_of"], d["pod"] = current[0], shard.index
         writer.request(d)
 
     levels = profile.levels()
     open_loop = profile.open_loop
     seed = profile.seed if profile.seed is not None else writer.run_id  # both sides of a compare: the same arrivals
+    if shard is not None:  # each pod a Poisson stream of rate/N with a seed of its own: together, the level's
+        seed = f"{seed}:pod{shard.index}"
     n_repeats = repeats or profile.repeats
     scraper = Scraper(stack.metric_endpoints(), profile.scrape_interval_s, writer.dir / "scrapes.jsonl",
                       tags={"label": summary.label}, policy=profile.scrape)
@@ -152,11 +161,15 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
                 for c in levels:
                     where = f"the warmup sweep, {level_text(c, open_loop)}"
                     waves = max(1, profile.warmup_waves)
+                    current[0] = c
+                    if shard is not None:
+                        shard.sync(f"warmup {c}")
                     if open_loop:
-                        n_warm = warmup_requests(c, waves, profile.requests_for(c))
-                        why = asyncio.run(warm_open(client, gen, c, n_warm, profile.arrival, seed, on_record, dead))
+                        n_warm = part(warmup_requests(c, waves, profile.requests_for(c)))
+                        why = asyncio.run(warm_open(client, gen, c / (shard.count if shard else 1), n_warm,
+                                                    profile.arrival, seed, on_record, dead))
                     else:
-                        why = asyncio.run(warm(client, gen, int(c), waves, on_record, dead))
+                        why = asyncio.run(warm(client, gen, part(int(c)), waves, on_record, dead))
                     if why:
                         summary.stopped = f"warmup sweep at {level_text(c, open_loop)}: {why}"
                         _save(writer, summary)
@@ -166,8 +179,11 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
                 for c in levels:
                     if (rep, c) in skip:
                         continue
-                    n = profile.requests_for(c)
+                    n = part(profile.requests_for(c))
                     where = level_text(c, open_loop) + (f" rep {rep + 1}/{n_repeats}" if n_repeats > 1 else "")
+                    current[0] = c
+                    if shard is not None:
+                        shard.sync(f"level {rep} {c}")
                     writer.write_meta(phase=f"{summary.label}: {where}")
                     task = progress.add_task(f"{summary.label} {stack.kind} {where}", total=n, errors="")
                     done = [0]
@@ -190,13 +206,14 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
 
                     if open_loop:
                         run = asyncio.run(run_rate_level(
-                            client, gen, c, n, arrival=profile.arrival, seed=seed, repeat=rep,
+                            client, gen, c / (shard.count if shard else 1), n, arrival=profile.arrival, seed=seed,
+                            repeat=rep,
                             warmup_waves=profile.warmup_waves, on_record=on_record, on_progress=advance,
                             process_cpu=stack.process_cpu, on_measure_start=opened, dead=dead,
                         ))
                     else:
                         run = asyncio.run(run_level(
-                            client, gen, c, n, repeat=rep, warmup_waves=profile.warmup_waves,
+                            client, gen, part(int(c)), n, repeat=rep, warmup_waves=profile.warmup_waves,
                             min_duration_s=profile.min_duration_s, on_record=on_record,
                             on_progress=advance, process_cpu=stack.process_cpu,
                             on_measure_start=opened, dead=dead,
@@ -226,7 +243,8 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
                         summary.add(LevelSummary(stats=stats, client=run.client, process_cpu_s=run.process_cpu_s,
                                                  window_s=run.window_s, server=server, incomplete=incomplete,
                                                  invocation=invocation, sent=run.sent,
-                                                 gpu=gpus.window(window[0], closed)))
+                                                 gpu=gpus.window(window[0], closed),
+                                                 part_of=c if shard is not None else None))
                     count_scrapes()
                     summary.scrape_ms = Dist.of(scrape_ms)
                     why = run.aborted or gone

@@ -6,7 +6,7 @@ deployed into the run folder and stops there, touching no cluster and no docker 
 from __future__ import annotations
 
 import argparse
-import shutil
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,6 +48,13 @@ def check_target(args: argparse.Namespace) -> None:
 def run_target(command: str, args: argparse.Namespace, stack: Stack, profile: LoadProfile, run_id: str,
                repeats: int | None, console: Console) -> int:
     """Render, validate and (unless --dry-run) deploy `command`'s sides on the docker or k8s target; on the local
+    target (--dry-run only) write the plan. A compare ends in its report, as a local one does."""
+    return _run_target(command, args, stack, profile, run_id, repeats, console)
+
+
+def _run_target(command: str, args: argparse.Namespace, stack: Stack, profile: LoadProfile, run_id: str,
+                repeats: int | None, console: Console) -> int:
+    """Render, validate and (unless --dry-run) deploy `command`'s sides on the docker or k8s target; on the local
     target (--dry-run only) write the plan."""
     if args.target == "local":
         return _local_plan(command, args, stack, profile, run_id, repeats, console)
@@ -56,8 +63,8 @@ def run_target(command: str, args: argparse.Namespace, stack: Stack, profile: Lo
     settings = load_cluster_settings(args.cluster_config)
     out = Path(args.results_dir) / run_id
     if args.target == "docker":
-        return _docker(command, args.dry_run, stack, profile, settings, run_id, repeats, out, console)
-    return _k8s(command, args.dry_run, stack, profile, settings, run_id, repeats, out, console)
+        return _docker(command, args, stack, profile, settings, run_id, repeats, out, console)
+    return _k8s(command, args, stack, profile, settings, run_id, repeats, out, console)
 
 
 def _local_plan(command: str, args: argparse.Namespace, stack: Stack, profile: LoadProfile, run_id: str,
@@ -80,40 +87,125 @@ def _refuse(what: str, problems: list[str]) -> None:
                               + "\n".join(f"  {p}" for p in problems))
 
 
-def _k8s(command: str, dry_run: bool, stack: Stack, profile: LoadProfile, settings: ClusterSettings, run_id: str,
-         repeats: int | None, out: Path, console: Console) -> int:
+def _k8s(command: str, args: argparse.Namespace, stack: Stack, profile: LoadProfile, settings: ClusterSettings,
+         run_id: str, repeats: int | None, out: Path, console: Console) -> int:
     from stacks.k8s.render import render_plan, write_plan
     from stacks.k8s.validate import plan_problems
 
-    plan = render_plan(stack, profile, settings, run_id, command, repeats)
-    _refuse("the rendered manifests", plan_problems(plan, settings.k8s_version))
-    paths = write_plan(plan, out / "manifests")
+    def rendered(cs: ClusterSettings):
+        p = render_plan(stack, profile, cs, run_id, command, repeats)
+        _refuse("the rendered manifests", plan_problems(p, settings.k8s_version))
+        return p, write_plan(p, out / "manifests")
+
+    plan, paths = rendered(settings)
     console.print(f"{command} [bold]{run_id}[/] on k8s (namespace {plan.namespace}): manifests valid "
-                  f"(Kubernetes {settings.k8s_version} schemas, CRDs, safety policy)")
+                  f"(Kubernetes {settings.k8s_version} schemas, CRDs, safety policy); engine: vLLM "
+                  f"{plan.engine['version']} ({plan.engine['source']})")
     for path in paths:
         console.print(f"  {path}", markup=False, highlight=False)
-    if dry_run:
+    if args.dry_run:
         console.print("dry run: nothing was applied")
         return 0
     from stacks.k8s.runner import run_plan
 
-    return run_plan(plan, settings, out, console) or 0
+    allow = bool(getattr(args, "allow_version_mismatch", False))
+    if command == "compare":
+        _plan_compare(stack, profile, run_id, repeats, "k8s", plan.settings or settings, plan.sides[-1].aliases,
+                      out, allow)
+    return _finish(command, args, out, console, lambda: run_plan(
+        plan, settings, out, console, allow_version_mismatch=allow,
+        rerender=lambda v: rendered(settings.model_copy(update={"vllm_version": v}))[0]))
 
 
-def _docker(command: str, dry_run: bool, stack: Stack, profile: LoadProfile, settings: ClusterSettings, run_id: str,
-            repeats: int | None, out: Path, console: Console) -> int:
-    from stacks.k8s.docker import command_problems, render_docker, write_docker
+def _plan_compare(stack: Stack, profile: LoadProfile, run_id: str, repeats: int | None, target: str,
+                  cs: ClusterSettings, aliases: tuple[str, ...], out: Path, allow: bool) -> None:
+    from harness.remote_run import skeleton, write_plan_file
+
+    summary = skeleton(stack, profile, run_id, repeats, target, cs.model, cs.model_revision, aliases,
+                       {"namespace": cs.namespace} if target == "k8s" else {})
+    write_plan_file(out, summary, profile, stack.observability_note(), allow)
+
+
+def _finish(command: str, args: argparse.Namespace, out: Path, console: Console, run) -> int:
+    """Runs the target's sides; a compare then ends in its report (also when a side failed or Ctrl-C came:
+    what was measured is reported, marked so)."""
+    status, error = "complete", None
+    try:
+        rc = run() or 0
+    except KeyboardInterrupt:
+        status, rc = "interrupted", 130
+        error = "interrupted by the user (Ctrl-C / SIGTERM); what it created was deleted"
+    except LayerbenchError as e:
+        status, error, rc = "failed", str(e), 2
+    from harness.remote_run import conclude, has_results
+
+    if command == "compare" and has_results(out):
+        from harness.compare_extras import write_compare_report
+        from harness.cost import price
+        from harness.report import REPORTS_DIR
+        from harness.terminal import compare_summary
+
+        summary = conclude(out, status, error)
+        reports = Path(getattr(args, "reports_dir", None) or REPORTS_DIR) / out.name
+        profile = LoadProfile.model_validate(json.loads((out / "compare-plan.json").read_text())["profile"])
+        report = write_compare_report(summary, profile.engine, out, reports, price(args.gpu_hourly_usd))
+        compare_summary(console, summary, report, out, summary.status)
+    if status == "failed":
+        raise LayerbenchError(error or "failed")
+    return rc
+
+
+def _docker(command: str, args: argparse.Namespace, stack: Stack, profile: LoadProfile, settings: ClusterSettings,
+            run_id: str, repeats: int | None, out: Path, console: Console) -> int:
+    from stacks.k8s.docker import command_problems, docker_answers, render_docker, run_commands, write_docker
 
     plan = render_docker(stack, profile, settings, run_id, command, repeats)
     _refuse("the rendered docker commands", command_problems(plan, settings))
-    if not dry_run:
-        if shutil.which("docker") is None:
-            raise LayerbenchError("only --dry-run is available on this host: `docker` is not on PATH (add --dry-run "
-                                  "to write the commands; run them on a GPU host with docker)")
-        raise LayerbenchError("layerbench does not run the docker target's commands itself yet: add --dry-run and "
-                              "run the commands.sh it writes")
     paths = write_docker(plan, settings, f"{command} --stack {stack.kind}", out / "docker")
-    console.print(f"{command} [bold]{run_id}[/] on docker: commands written (dry run: nothing was started)")
+    if command == "compare":
+        _plan_compare(stack, profile, run_id, repeats, "docker", plan.settings, plan.aliases, out,
+                      bool(getattr(args, "allow_version_mismatch", False)))
+    live = not args.dry_run and docker_answers()
+    console.print(f"{command} [bold]{run_id}[/] on docker: commands written"
+                  + ("" if live else " (nothing was started)"))
     for path in paths:
         console.print(f"  {path}", markup=False, highlight=False)
-    return 0
+    if not live:
+        why = "dry run" if args.dry_run else "no docker daemon answers `docker info` here"
+        console.print(f"{why}: on the GPU host, run `bash {paths[0]}`, then `make report RUN={run_id}` "
+                      "(layerbench render) for the report", highlight=False)
+        return 0
+    return _finish(command, args, out, console, lambda: run_commands(paths[0], console))
+
+
+def run_capacity(args: argparse.Namespace, stack: Stack, profile: LoadProfile, sla, run_id: str,
+                 console: Console) -> int:
+    """`capacity --target k8s`: each side's load Job runs the capacity search itself, against its side's
+    Service (one level at a time, as locally), and the sides' results make one capacity report."""
+    from stacks.k8s.plan import load_cluster_settings
+    from stacks.k8s.render import render_plan, write_plan
+    from stacks.k8s.runner import run_plan
+    from stacks.k8s.validate import plan_problems
+
+    if args.target != "k8s":
+        raise LayerbenchError(f"capacity runs on the local and k8s targets, not {args.target}")
+    settings = load_cluster_settings(args.cluster_config)
+    out = Path(args.results_dir) / run_id
+    extra = ["--sla-ttft-p95", str(sla.ttft_p95_s), *(["--sla-itl-p95", str(sla.itl_p95_s)] if sla.itl_p95_s else []),
+             *(["--max-level", str(args.max_level)] if args.max_level else [])]
+    plan = render_plan(stack, profile, settings, run_id, "capacity", args.repeats, tuple(extra), args.baseline)
+    _refuse("the rendered manifests", plan_problems(plan, settings.k8s_version))
+    for path in write_plan(plan, out / "manifests"):
+        console.print(f"  {path}", markup=False, highlight=False)
+    if args.dry_run:
+        console.print("dry run: nothing was applied")
+        return 0
+    rc = _finish("capacity", args, out, console, lambda: run_plan(plan, settings, out, console))
+    from harness.capacity_report import write
+    from harness.cost import price
+    from harness.remote_run import conclude_capacity
+
+    summary = conclude_capacity(out, stack.kind, stack.shape(), profile, sla)
+    report = write(summary, Path(args.reports_dir or "reports") / run_id, price(args.gpu_hourly_usd))
+    console.print(report.read_text(), markup=False, highlight=False)
+    return rc

@@ -26,6 +26,7 @@ BUILTIN = [  # (path prefix, plural, kind, namespaced)
     ("api/v1", "configmaps", "ConfigMap", True), ("api/v1", "secrets", "Secret", True),
     ("api/v1", "serviceaccounts", "ServiceAccount", True),
     ("api/v1", "persistentvolumeclaims", "PersistentVolumeClaim", True),
+    ("api/v1", "resourcequotas", "ResourceQuota", True),
     ("apis/apps/v1", "deployments", "Deployment", True), ("apis/batch/v1", "jobs", "Job", True),
     ("apis/apiextensions.k8s.io/v1", "customresourcedefinitions", "CustomResourceDefinition", False),
 ]
@@ -35,6 +36,7 @@ CRDS = {"inferenceservices.serving.kserve.io": ("apis/serving.kserve.io/v1beta1"
                                               "ServingRuntime", True),
         "rayservices.ray.io": ("apis/ray.io/v1", "rayservices", "RayService", True)}
 OWNERS = ("Deployment", "InferenceService", "RayService", "Job")
+DEFAULT_RAY = "rayproject/ray-llm:2.60.0-py311-cu128"
 UNSCHEDULABLE = ("0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: 0/3 nodes are available: "
                  "3 No preemption victims found for incoming pod.")
 
@@ -45,6 +47,33 @@ class Behaviour:
     version: str = "0.32.0"  # what an engine pod's log says
     log: str | None = None  # a pod's whole log (a Job's results marker goes here)
     image: str | None = None
+    logs: list[str] | None = None  # an Indexed Job's pods' logs, by completion index
+
+
+# What a registry would answer for an image: the vLLM it carries, "harness" (layerbench's own image, no vLLM),
+# None (neither), or no entry (not in the registry: its pull fails). Emulator(images=None) pulls any image, with
+# the vLLM of its tag.
+HARNESS_MARKER = "LAYERBENCH_HARNESS"
+MODEL_MARKER = "LAYERBENCH_MODEL"
+
+
+def _probe_log(command: str, image: str, images: dict[str, str | None] | None, models: set[str] | None) -> str:
+    """What a preflight probe prints in the emulated image (the probe's own marker lines)."""
+    from stacks.k8s.images import PROBE_MARKER, known_vllm
+
+    if images is not None and image not in images:
+        return ""  # never pulled: nothing ran
+    if PROBE_MARKER in command:
+        version = images.get(image) if images is not None else (known_vllm(image) or "0.32.0")
+        ok = version and version != "harness"
+        return f"{PROBE_MARKER} {version}\n" if ok else "ModuleNotFoundError: No module named 'vllm'\n"
+    if HARNESS_MARKER in command:
+        harness = images is None or images.get(image) == "harness"
+        return f"{HARNESS_MARKER} 0.1.0\n" if harness else "ModuleNotFoundError: No module named 'harness'\n"
+    if MODEL_MARKER in command:
+        found = models is None or any(m in command for m in models)
+        return f"{MODEL_MARKER} {'found' if found else 'missing'}\n"
+    return ""
 
 
 def write_kubeconfig(path: Path, server: str) -> Path:
@@ -84,7 +113,11 @@ def matches(labels: dict[str, str], selector: str) -> bool:
 class Emulator:
     def __init__(self, *, crds: tuple[str, ...] = tuple(CRDS), ready_after: int = 3, delete_after: int = 2,
                  gpu_nodes: dict[str, int] | None = None, kserve_mode: str | None = "RawDeployment",
-                 namespaces: tuple[str, ...] = ("default", "layerbench")):
+                 namespaces: tuple[str, ...] = ("default", "layerbench"),
+                 images: dict[str, str | None] | None = None, models: set[str] | None = None):
+        """images: the registry (image -> the vLLM it carries; None: any image pulls); models: 'repo@revision'
+        entries the HF cache PVC holds (None: every model)."""
+        self.images, self.models = images, models
         self.resources = BUILTIN + [CRDS[c] for c in crds]
         self.ready_after, self.delete_after = ready_after, delete_after
         self.store: dict[tuple[str, str, str, str], dict[str, Any]] = {}  # (prefix, plural, ns, name)
@@ -93,6 +126,7 @@ class Emulator:
         self.stuck: set[str] = set()  # objects whose deletion never finishes (a finalizer nobody removes)
         self.flaky: dict[str, int] = {}  # object name -> how many more requests naming it answer 503
         self.requests: list[tuple[str, str, dict[str, list[str]]]] = []
+        self.created: list[dict[str, Any]] = []  # every object a client created, as it was sent
         self.tick_count = 0
         self._born: dict[str, int] = {}  # uid -> tick created
         self._dying: dict[str, int] = {}  # uid -> tick deleted
@@ -197,7 +231,9 @@ class Emulator:
         return [o for o in self.objects("Pod")
                 if any(r.get("uid") == uid for r in o["metadata"].get("ownerReferences") or [])]
 
-    def _make_pod(self, owner: dict[str, Any], b: Behaviour) -> dict[str, Any]:
+    def _templates(self, owner: dict[str, Any], b: Behaviour) -> list[tuple[dict[str, str], list[dict]]]:
+        """(labels, containers) of each pod an owner would run: a Deployment's replicas, a RayService's head and
+        GPU workers, an InferenceService's predictor replicas, an Indexed Job's parallel pods."""
         meta, spec, name = owner["metadata"], owner.get("spec") or {}, owner["metadata"]["name"]
         template = spec.get("template") or {}
         labels = dict((template.get("metadata") or {}).get("labels") or {})
@@ -205,27 +241,70 @@ class Emulator:
         if owner["kind"] == "InferenceService":
             labels.update({**(meta.get("labels") or {}), "serving.kserve.io/inferenceservice": name,
                            "component": "predictor"})
-            containers = [{"name": "kserve-container", "image": "vllm/vllm-openai:v" + b.version}]
-        elif owner["kind"] == "RayService":
-            labels.update({"ray.io/originated-from-cr-name": name, "ray.io/node-type": "head"})
-            containers = [{"name": "ray-head", "image": "rayproject/ray-llm:2.60.0-py311-cu128"}]
-        elif owner["kind"] == "Job":
+            n = (spec.get("predictor") or {}).get("minReplicas") or 1
+            return [(labels, [{"name": "kserve-container", "image": "vllm/vllm-openai:v" + b.version}])] * n
+        if owner["kind"] == "RayService":
+            cluster = spec.get("rayClusterConfig") or {}
+            head = (cluster.get("headGroupSpec") or {}).get("template") or {}
+            out = [({**((head.get("metadata") or {}).get("labels") or {}), "ray.io/originated-from-cr-name": name,
+                     "ray.io/node-type": "head"}, [dict(c) for c in (head.get("spec") or {}).get("containers")
+                                                  or [{"name": "ray-head", "image": DEFAULT_RAY}]])]
+            for group in cluster.get("workerGroupSpecs") or []:
+                t = group.get("template") or {}
+                out += [({**((t.get("metadata") or {}).get("labels") or {}), "ray.io/node-type": "worker"},
+                         [dict(c) for c in (t.get("spec") or {}).get("containers") or []])] * group.get("replicas", 1)
+            return out
+        if owner["kind"] == "Job":
             labels.update({"job-name": name, "batch.kubernetes.io/job-name": name, "controller-uid": meta["uid"]})
-        for c in containers:
-            c["image"] = b.image or c.get("image") or "busybox"
-        log = b.log if b.log is not None else (
-            "" if owner["kind"] == "Job" else
-            f"INFO 01-01 00:00:00 [api_server.py:1] vLLM API server version {b.version}\nINFO started\n")
-        pod = {"metadata": {"name": f"{name}-{uuid.uuid4().hex[:5]}", "labels": labels, "ownerReferences": [
-            {"kind": owner["kind"], "name": name, "uid": meta["uid"]}]}, "spec": {"containers": containers},
-            "status": {"phase": "Pending"}, "_log": log}
-        return self.put("api/v1", "pods", meta["namespace"], pod)
+            return [(labels, containers)] * (spec.get("parallelism") or 1)
+        return [(labels, containers)] * (spec.get("replicas") or 1)
+
+    def _log_of(self, owner: dict[str, Any], b: Behaviour, c: dict[str, Any], index: int) -> str:
+        if owner["kind"] == "Job":
+            if b.logs is not None:
+                return b.logs[index] if index < len(b.logs) else ""
+            if b.log is not None:
+                return b.log
+            command = " ".join(str(x) for x in [*(c.get("command") or []), *(c.get("args") or [])])
+            return _probe_log(command, c.get("image", ""), self.images, self.models)
+        if b.log is not None:
+            return b.log
+        if c.get("name") == "ray-worker" or c.get("name") == "ray-head":  # Ray's own output: vLLM is not in it
+            return "INFO worker.py:1 Connecting to existing Ray cluster\n"
+        return f"INFO 01-01 00:00:00 [api_server.py:1] vLLM API server version {b.version}\nINFO started\n"
+
+    def _make_pods(self, owner: dict[str, Any], b: Behaviour) -> list[dict[str, Any]]:
+        meta, name = owner["metadata"], owner["metadata"]["name"]
+        pods = []
+        for index, (labels, containers) in enumerate(self._templates(owner, b)):
+            containers = [dict(c) for c in containers]
+            for c in containers:
+                c["image"] = b.image or c.get("image") or "busybox"
+            logs = {c.get("name", "main"): self._log_of(owner, b, c, index) for c in containers}
+            annotations = {"batch.kubernetes.io/job-completion-index": str(index)} if owner["kind"] == "Job" else {}
+            pod = {"metadata": {"name": f"{name}-{uuid.uuid4().hex[:5]}", "labels": dict(labels),
+                                "annotations": annotations, "ownerReferences": [
+                                    {"kind": owner["kind"], "name": name, "uid": meta["uid"]}]},
+                   "spec": {"containers": containers, "nodeName": "gpu-1"}, "status": {"phase": "Pending"},
+                   "_log": next(iter(logs.values()), ""), "_logs": logs}
+            pods.append(self.put("api/v1", "pods", meta["namespace"], pod))
+        return pods
+
+    def _pullable(self, pod: dict[str, Any]) -> bool:
+        return self.images is None or all(c.get("image") in self.images for c in pod["spec"]["containers"])
 
     def _reconcile(self, owner: dict[str, Any]) -> None:
         name, kind = owner["metadata"]["name"], owner["kind"]
         b = self.behaviour.get(name, Behaviour())
-        pods = self._pods_of(owner) or [self._make_pod(owner, b)]
+        pods = self._pods_of(owner) or self._make_pods(owner, b)
         due = self.tick_count - self._born[owner["metadata"]["uid"]] >= self.ready_after
+        pullable = all(self._pullable(p) for p in pods)
+        if not pullable:  # a tag the registry does not have: the pods' images cannot be pulled
+            b = Behaviour(**{**b.__dict__, "mode": "image_pull"})
+        job_failed = owner["kind"] == "Job" and due and any(
+            "No module named" in p["_log"] for p in pods)
+        if job_failed and b.mode == "ready":
+            b = Behaviour(**{**b.__dict__, "mode": "fail"})
         ready = b.mode == "ready" and due
         for pod in pods:
             self._pod_state(pod, b, due)
@@ -245,7 +324,8 @@ class Emulator:
             st["conditions"] = [{"type": "Ready", "status": "True" if ready else "False",
                                  "reason": "RayServiceReady" if ready else "Initializing", "message": ""}]
         elif kind == "Job" and due and b.mode in ("ready", "fail"):
-            st = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]} if b.mode == "ready" else {
+            st = {"succeeded": len(pods), "conditions": [{"type": "Complete", "status": "True"}]} \
+                if b.mode == "ready" else {
                 "failed": 1, "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
                                              "message": "Job has reached the specified backoff limit"}]}
         elif kind == "Job":
@@ -342,6 +422,7 @@ class Emulator:
             name = (body.get("metadata") or {}).get("name")
             if (prefix, plural, ns, name) in self.store:
                 return 409, _status(409, "AlreadyExists", f'{plural} "{name}" already exists')
+            self.created.append(json.loads(json.dumps(body)))
             stored = self.put(prefix, plural, ns, json.loads(json.dumps(body)))
             return 201, stored
         if method == "GET" and name is None:
@@ -355,7 +436,8 @@ class Emulator:
         if obj is None:
             return 404, _status(404, "NotFound", f'{plural} "{name}" not found')
         if method == "GET" and sub == "log":
-            return 200, obj.get("_log", "")
+            container = (query.get("container") or [None])[0]
+            return 200, (obj.get("_logs") or {}).get(container, obj.get("_log", ""))
         if method == "GET":
             return 200, {k: v for k, v in obj.items() if not k.startswith("_")}
         if method == "DELETE":

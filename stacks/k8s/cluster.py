@@ -45,6 +45,7 @@ class JobRun:
     pod: str
     log: str
     seconds: float
+    logs: dict[str, str]  # every succeeded pod's log, in completion-index order (parallel load pods)
 
 
 class Cluster:
@@ -322,11 +323,18 @@ class Cluster:
         """Creates the load Job, waits for it to complete and returns the log of its succeeded pod (where the
         results marker is: stacks.k8s.jobresults). A failed Job raises JobFailed: the tail of its pod's log in
         the message, the whole logs beside it."""
+        return self.finish_job(self.start_job(job), timeout_s, console)
+
+    def start_job(self, job: dict[str, Any]) -> Ref:
         (ref,) = self.apply([job])
+        self._pod_selectors.append(f"job-name={ref.name}")
+        return ref
+
+    def finish_job(self, ref: Ref, timeout_s: float, console: Console | None = None) -> JobRun:
+        """Waits for a started Job; its succeeded pods' logs, by completion index (an Indexed Job has several)."""
         selector = f"job-name={ref.name}"
-        self._pod_selectors.append(selector)
         try:
-            seconds = self._wait([ref], timeout_s, console, "load", [])
+            seconds = self._wait([ref], timeout_s, console, "job", [])
         except LayerbenchError as e:
             logs = self.pod_logs(selector)
             tails = [f"--- {pod} (last 20 lines) ---\n" + "\n".join(text.splitlines()[-20:])
@@ -335,10 +343,14 @@ class Cluster:
         done = [p for p in self.pods(selector) if (p.get("status") or {}).get("phase") == "Succeeded"]
         if not done:
             raise LayerbenchError(f"{ref} completed but no pod of it is left to read the results from")
-        pod = max(done, key=lambda p: p["metadata"].get("creationTimestamp") or "")
-        containers = (pod.get("spec") or {}).get("containers") or [{}]
-        return JobRun(ref.name, pod["metadata"]["name"], self.log(pod["metadata"]["name"], containers[0].get("name")),
-                      seconds)
+        done.sort(key=lambda p: (int(((p["metadata"].get("annotations") or {}).get(
+            "batch.kubernetes.io/job-completion-index")) or 0), p["metadata"].get("creationTimestamp") or ""))
+        logs = {}
+        for pod in done:
+            containers = (pod.get("spec") or {}).get("containers") or [{}]
+            logs[pod["metadata"]["name"]] = self.log(pod["metadata"]["name"], containers[0].get("name"))
+        last = done[-1]["metadata"]["name"]
+        return JobRun(ref.name, last, logs[last], seconds, logs)
 
     # --- delete -----------------------------------------------------------------------------------
     def delete(self, timeout_s: float, console: Console | None = None) -> None:

@@ -38,6 +38,7 @@ class Deployed:
     # and the prefixes the layer puts in place of `vllm:` (Ray: ray_vllm_)
     metrics: dict[str, str] = field(default_factory=dict)
     aliases: tuple[str, ...] = ()
+    engine_images: list[str] = field(default_factory=list)  # the images that run an engine (preflight reads each)
 
 
 def template(path: str, **values: Any) -> dict[str, Any]:

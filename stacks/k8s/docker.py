@@ -27,6 +27,7 @@ from stacks.k8s.common import (
     object_name,
     served_name,
 )
+from stacks.k8s.images import PROBE_MARKER, VERSION_PROBE
 from stacks.k8s.plan import ClusterSettings, settle
 from stacks.k8s.render import side_labels
 from stacks.k8s.render_kserve import HF_RUNTIME_HOME, OPENAI_PREFIX, hf_objects, kserve_mode, raw_objects
@@ -51,6 +52,7 @@ class DockerSide:
     run: list[str]  # docker run ... of the server
     ready: tuple[str, str]  # (URL, JSON body or "") that answers 2xx once the server serves
     load: list[str]  # docker run ... of the load client
+    engine_image: str = ""  # the image that runs the side's engine (its vLLM is checked first)
 
 
 @dataclass
@@ -58,6 +60,8 @@ class DockerPlan:
     run_id: str
     sides: list[DockerSide]
     files: dict[str, str] = field(default_factory=dict)  # path under the docker folder -> content
+    settings: ClusterSettings | None = None  # as settled for this run
+    aliases: tuple[str, ...] = ()  # the stack's renamings of vllm:*, for its audit
 
 
 def _server(name: str, cs: ClusterSettings, image: str, args: list[str], hf_home: str,
@@ -118,24 +122,33 @@ def _side(stack: Stack, cs: ClusterSettings, run_id: str, label: str, plan: Dock
         run = _server(name, cs, image, ["tritonserver", *server_args("/models", "127.0.0.1")], ROOT_HF_HOME,
                       {"LC_ALL": "C.UTF-8"}, mounts=(f"$RUN_DIR/{label}-triton-repo:/models",))
         url, ready = f"http://127.0.0.1:{HTTP_PORT}", f"http://127.0.0.1:{HTTP_PORT}/v2/models/{model}/ready"
-    deployed = Deployed(objects=[], ready=[], url=url, engine_selector=name,
+    metrics, aliases = {"api": f"{url.split('/openai')[0]}/metrics"}, ()
+    if kind == "ray":  # Ray's metrics agent in the container's network namespace, as the local stack reads it
+        metrics, aliases = {"ray_metrics": "http://127.0.0.1:8080/metrics"}, ("ray_vllm_",)
+    elif kind == "triton":
+        metrics["triton_metrics"] = f"http://127.0.0.1:{HTTP_PORT + 2}/metrics"
+    deployed = Deployed(objects=[], ready=[], url=url, engine_selector=name, metrics=metrics, aliases=aliases,
                         protocol="triton" if kind == "triton" else "openai", model=model)
     return DockerSide(label=label, stack=kind, server=name, image=image, run=run, ready=(ready, ready_body),
-                      load=[]), deployed
+                      load=[], engine_image=image), deployed
 
 
 def render_docker(stack: Stack, profile: LoadProfile, cs: ClusterSettings, run_id: str, command: str = "run",
                   repeats: int | None = None) -> DockerPlan:
     """The sides of `command` (run: the stack; compare, audit: its bare vLLM baseline first) as docker runs."""
     check_stack(stack.kind, "docker")
+    if cs.load_parallelism > 1 or cs.replicas > 1:
+        raise LayerbenchError("the docker target runs one engine and one load client per side: load_parallelism and "
+                              "replicas above 1 need --target k8s")
     cs, _ = settle(cs, stack.kind, getattr(stack.options, "mode", None), profile.engine)
-    plan = DockerPlan(run_id=run_id, sides=[], files={"profile.yaml": profile_text(profile)})
+    plan = DockerPlan(run_id=run_id, sides=[], files={"profile.yaml": profile_text(profile)}, settings=cs)
     for label in side_labels(command):
         side, deployed = _side(stack, cs, run_id, label, plan)
+        plan.aliases = deployed.aliases
         side.load = ["docker", "run", "--rm", "--name", f"{side.server}-load", "--network", f"container:{side.server}",
                      "--user", "$LOAD_USER", "--read-only", "--tmpfs", "/tmp", "-e", "HOME=/tmp",
                      "--security-opt", "no-new-privileges", "--cap-drop", "ALL",
-                     "-v", f"$RUN_DIR/profile.yaml:{PROFILE}:ro", "-v", "$RESULTS:/results", cs.load_image,
+                     "-v", f"$RUN_DIR/profile.yaml:{PROFILE}:ro", "-v", f"$RESULTS/{label}:/results", cs.load_image,
                      "layerbench", *load_command(command, deployed.url, deployed, PROFILE, "/results", repeats)]
         plan.sides.append(side)
     return plan
@@ -187,8 +200,29 @@ PROBE = ("import sys, urllib.request as u; body = sys.argv[2].encode() or None; 
          "u.urlopen(u.Request(sys.argv[1], data=body, headers={'Content-Type': 'application/json'}), timeout=30)")
 
 
+def version_check(plan: DockerPlan) -> list[str]:
+    """The script's first step: every engine image's vLLM, read by running it once (and so pulled); a set whose
+    versions differ stops the script with the table, before any engine is started, unless
+    ALLOW_VERSION_MISMATCH=1."""
+    images = list(dict.fromkeys(side.engine_image for side in plan.sides))
+    probe = shlex.quote(VERSION_PROBE[2])
+    out = ["", "# --- engine versions, before any engine starts ---", "declare -A VLLM"]
+    for image in images:
+        out.append(f"VLLM[{shlex.quote(image)}]=\"$(docker run --rm --network none --entrypoint python3 "
+                   f"{shlex.quote(image)} -c {probe} | sed -n 's/^{PROBE_MARKER} //p')\"")
+    out += ['if [ "$(printf \'%s\\n\' "${VLLM[@]}" | sort -u | wc -l)" != 1 ] && '
+            '[ "${ALLOW_VERSION_MISMATCH:-0}" != 1 ]; then',
+            '  echo "the images run different vLLM versions (image -> vLLM):" >&2',
+            '  for i in "${!VLLM[@]}"; do echo "  $i -> ${VLLM[$i]:-no vLLM}" >&2; done',
+            '  echo "choose images of one vLLM, or ALLOW_VERSION_MISMATCH=1 to compare anyway" >&2; exit 3',
+            "fi"]
+    return out
+
+
 def script(plan: DockerPlan, cs: ClusterSettings, title: str) -> str:
-    """commands.sh: each side in turn (server, wait until it serves, load, its log kept, server removed)."""
+    """commands.sh: the engine versions checked, then each side in turn (server, wait until it serves, load, its
+    log and what ran kept under $RESULTS/<side>/, server removed)."""
+    cs = plan.settings or cs
     servers = " ".join(side.server for side in plan.sides)
     out = [
         "#!/usr/bin/env bash",
@@ -196,12 +230,12 @@ def script(plan: DockerPlan, cs: ClusterSettings, title: str) -> str:
         "# One side after the other on this GPU host. Each server runs in its own network namespace with no",
         "# published port; the load client joins it (--network container:<server>) and drives it on 127.0.0.1.",
         f"# HF_CACHE (default ~/.cache/huggingface) must hold {cs.model} at revision {cs.model_revision}: the",
-        "# engines read it offline. RESULTS (default: results/ beside this script) receives the load's run folders",
-        "# and each server's log.",
+        "# engines read it offline. RESULTS (default: the run folder above this script) receives each side's load",
+        "# results, server log and docker-side.json; then `make report RUN=<run>` writes the compare's report.",
         "set -euo pipefail",
         'RUN_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
         'HF_CACHE="${HF_CACHE:-$HOME/.cache/huggingface}"',
-        'RESULTS="${RESULTS:-$RUN_DIR/results}"',
+        'RESULTS="${RESULTS:-$(dirname "$RUN_DIR")}"',
         f"READY_TIMEOUT_S={int(cs.ready_timeout_s)}",
         f"PROBE={shlex.quote(PROBE)}",
         'mkdir -p "$RESULTS"',
@@ -220,16 +254,47 @@ def script(plan: DockerPlan, cs: ClusterSettings, title: str) -> str:
         "    sleep 5",
         "  done",
         "}",
+        *version_check(plan),
     ]
     for side in plan.sides:
         url, body = side.ready
-        out += ["", f"# --- {side.label}: {side.stack} ({side.image}) ---", _line(side.run),
+        mine = f'"$RESULTS/{side.label}"'
+        record = (f'printf \'{{"stack": "{side.stack}", "images": ["{side.engine_image}"], "engine_version": "%s", '
+                  f'"status": "%s"}}\\n\' "${{VLLM[{shlex.quote(side.engine_image)}]}}" '
+                  f'"$([ "$rc" = 0 ] && echo complete || echo failed)" > {mine}/docker-side.json')
+        out += ["", f"# --- {side.label}: {side.stack} ({side.image}) ---",
+                f'mkdir -p {mine}/logs; if [ "$(id -u)" = 0 ]; then chown 10001:10001 {mine}; fi', _line(side.run),
                 _line(["wait_ready", side.server, url, *([body] if body else [])]),
                 f"rc=0; {_line(side.load)} || rc=$?",
-                f'docker logs {side.server} > "$RESULTS/{side.server}.log" 2>&1',
-                f"docker rm -f {side.server} >/dev/null",
+                f'docker logs {side.server} > {mine}/logs/{side.server}.log 2>&1',
+                f"docker rm -f {side.server} >/dev/null", record,
                 f'[ "$rc" = 0 ] || {{ echo "{side.label}: the load failed (exit $rc)" >&2; exit "$rc"; }}']
     return "\n".join(out) + "\n"
+
+
+def docker_answers() -> bool:
+    """Whether a docker daemon answers here (`docker info`)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("docker") is None:
+        return False
+    try:
+        return subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True,
+                              timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def run_commands(path: Path, console) -> int:
+    """Runs commands.sh, its output streamed; LayerbenchError naming its exit status when it fails."""
+    import subprocess
+
+    console.print(f"running {path} (docker)", highlight=False)
+    rc = subprocess.run(["bash", str(path)], check=False).returncode
+    if rc != 0:
+        raise LayerbenchError(f"{path} failed (exit {rc}); what it measured is kept beside it")
+    return 0
 
 
 def write_docker(plan: DockerPlan, cs: ClusterSettings, title: str, out_dir: Path) -> list[Path]:

@@ -135,3 +135,15 @@ def api_client(kubeconfig: str | Path | None = None, context: str | None = None)
     except (ConfigException, OSError, ValueError, TypeError) as e:
         raise LayerbenchError(f"cannot use kubeconfig {path or '(in-cluster)'}: {e}") from None
     return k8s.ApiClient(cfg)
+
+
+def current_context(kubeconfig: str | Path | None = None) -> str | None:
+    """The name of the kubeconfig's current context (None in a pod, or where it cannot be read)."""
+    try:
+        path = resolve_kubeconfig(kubeconfig)
+        if path is None:
+            return None
+        _, active = k8s_config.list_kube_config_contexts(config_file=path.split(os.pathsep)[0])
+        return (active or {}).get("name")
+    except (LayerbenchError, ConfigException, OSError, ValueError, TypeError, KeyError):
+        return None

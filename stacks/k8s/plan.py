@@ -93,6 +93,9 @@ class Side(BaseModel):
     protocol: Literal["openai", "triton"] = "openai"
     engine_selector: str  # label selector of the pod(s) running the engine (version, logs, GPU freed)
     load_job: dict[str, Any]  # batch/v1 Job running the harness against `url`
+    engine_images: list[str] = []  # the images that run the side's engine: preflight reads each one's vLLM
+    gpus: int = 0  # nvidia.com/gpu the side takes at once (engine replicas x GPUs per engine pod)
+    aliases: tuple[str, ...] = ()  # prefixes the layer puts in place of `vllm:` (Ray: ray_vllm_)
 
 
 class K8sPlan(BaseModel):

@@ -1,8 +1,10 @@
 """Checks before the k8s target deploys anything, each failing with what to do about it (LayerbenchError, exit
 2): the cluster answers; for KServe its namespace exists and its default deployment mode is RawDeployment;
-the CRDs the run's custom resources need are installed and serve the version the plan uses; a node can give
-an engine pod its GPUs; the PVCs and Secrets the plan's pods use but the plan does not create exist. A check
-the kubeconfig's user may not make (403: nodes and CRDs need cluster-wide read) is a warning, not a failure."""
+the CRDs the run's custom resources need are installed and serve the version the plan uses, and the plan's
+objects pass those CRDs' own schemas; a node can give an engine pod its GPUs and the namespace's quota has room
+for a side's; the PVCs and Secrets the plan's pods use but the plan does not create exist. Then the probes
+(stacks/k8s/probes.py): every engine image's vLLM, the load image, the model in the HF-cache PVC. A check the
+kubeconfig's user may not make (403: nodes and CRDs need cluster-wide read) is a warning, not a failure."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from harness.errors import LayerbenchError
+from stacks.crds import schema_of_crd
+from stacks.crds import validate as crd_validate
 from stacks.k8s.cluster import Cluster
 from stacks.k8s.kubeapi import CUSTOM_PLURALS, api_error, unreachable
 from stacks.k8s.plan import ClusterSettings
@@ -105,6 +109,11 @@ def _check_crds(cluster: Cluster, stacks: Iterable[str], objects: list[dict[str,
         if version not in served:
             raise LayerbenchError(f"CRD {name} does not serve {group}/{version} (served: {', '.join(served) or 'none'}"
                                   f"): upgrade ({INSTALL.get(group, 'its operator')})")
+        schema = schema_of_crd(crd, version)
+        mine = [o for o in objects if o.get("kind") == kind and str(o.get("apiVersion")) == f"{group}/{version}"]
+        problems = [p for o in mine for p in crd_validate(o, schema=schema)] if schema else []
+        if problems:  # the cluster's own release of the CRD: what the API server would prune or refuse
+            raise LayerbenchError(f"the cluster's CRD {name} refuses the rendered {kind}: " + "; ".join(problems[:5]))
 
 
 def _gpus(node: dict[str, Any]) -> int:
@@ -134,6 +143,31 @@ def _check_gpus(cluster: Cluster, gpus: int, warnings: list[str]) -> None:
     listed = ", ".join(seen[:8]) + (f", and {len(seen) - 8} more" if len(seen) > 8 else "")
     raise LayerbenchError(f"no node has {GPU} allocatable >= {gpus} (nodes: {listed or 'none'}): install the NVIDIA "
                           f"device plugin (or GPU Operator), uncordon a GPU node, or lower ClusterSettings.gpus")
+
+
+QUOTA_KEYS = ("requests.nvidia.com/gpu", "limits.nvidia.com/gpu", "nvidia.com/gpu")
+
+
+def _quantity(value: Any) -> int:
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
+
+
+def _check_quota(cluster: Cluster, needed: int, what: str) -> None:
+    """A ResourceQuota of the namespace must leave room for a side's GPUs (the sides run one after the other)."""
+    quotas = (_read(k8s.CoreV1Api(cluster.api).list_namespaced_resource_quota, cluster.namespace) or {}).get("items")
+    for q in quotas or []:
+        hard, used = (q.get("spec") or {}).get("hard") or {}, (q.get("status") or {}).get("used") or {}
+        for key in QUOTA_KEYS:
+            if key in hard:
+                room = _quantity(hard[key]) - _quantity(used.get(key, 0))
+                if room < needed:
+                    raise LayerbenchError(
+                        f"ResourceQuota {q['metadata']['name']} in namespace {cluster.namespace} leaves {room} of "
+                        f"{hard[key]} {key}; {what} needs {needed}: lower replicas or gpus in the cluster config, or "
+                        "raise the quota")
 
 
 def _references(node: Any) -> Iterator[tuple[str, str]]:
@@ -175,7 +209,7 @@ def _check_references(cluster: Cluster, objects: list[dict[str, Any]]) -> None:
 
 
 def preflight(cluster: Cluster, settings: ClusterSettings, stacks: Iterable[str],
-              objects: Iterable[dict[str, Any]] = ()) -> list[str]:
+              objects: Iterable[dict[str, Any]] = (), gpus_per_side: int = 0) -> list[str]:
     """Runs every check for a run of `stacks` deploying `objects`; returns warnings, raises the first failure."""
     stacks, objects = set(stacks), list(objects)
     warnings: list[str] = []
@@ -183,7 +217,14 @@ def preflight(cluster: Cluster, settings: ClusterSettings, stacks: Iterable[str]
     if "kserve" in stacks:
         _check_kserve(cluster, settings)
     _check_crds(cluster, stacks, objects, warnings)
-    if settings.gpus > 0:
-        _check_gpus(cluster, settings.gpus, warnings)
+    gpus = settings.gpus if settings.gpus is not None else 1  # unsettled: one engine rank
+    if gpus:
+        _check_gpus(cluster, gpus, warnings)
+    if gpus_per_side:
+        _check_quota(cluster, gpus_per_side, f"a side ({settings.replicas} replica(s) x {settings.gpus} GPU(s))")
     _check_references(cluster, objects)
     return warnings
+
+
+def uses_cache(objects: list[dict[str, Any]], settings: ClusterSettings) -> bool:
+    return ("PersistentVolumeClaim", settings.hf_cache_pvc) in set(_references(objects))

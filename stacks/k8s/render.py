@@ -10,6 +10,8 @@ from pathlib import Path
 
 import yaml
 
+from harness.barrier import Shard
+from harness.errors import LayerbenchError
 from harness.profile import LoadProfile
 from stacks.base import Stack
 from stacks.k8s.common import (
@@ -19,7 +21,7 @@ from stacks.k8s.common import (
 )
 from stacks.k8s.plan import ClusterSettings, K8sPlan, Side, settle
 from stacks.k8s.render_kserve import render_kserve
-from stacks.k8s.render_load import load_job, profile_configmap
+from stacks.k8s.render_load import load_job, peers_service, profile_configmap
 from stacks.k8s.render_ray import render_ray
 from stacks.k8s.render_triton import render_triton
 from stacks.k8s.render_vllm import render_vllm
@@ -48,9 +50,10 @@ RENDERERS: dict[str, Callable[..., Deployed]] = {"vllm": render_vllm, "ray": ren
                                                  "kserve": render_kserve}
 
 
-def side_labels(command: str) -> list[str]:
-    """`run` deploys the stack alone; `compare` and `audit` its bare vLLM baseline first."""
-    return ["stack"] if command == "run" else ["baseline", "stack"]
+def side_labels(command: str, baseline: bool = True) -> list[str]:
+    """`run` deploys the stack alone; `compare` and `audit` its bare vLLM baseline first; `capacity` the stack,
+    and its baseline first with BASELINE=1."""
+    return ["stack"] if command == "run" or (command == "capacity" and not baseline) else ["baseline", "stack"]
 
 
 def render_side(stack: Stack, cs: ClusterSettings, run_id: str, label: str) -> tuple[str, Deployed]:
@@ -60,20 +63,27 @@ def render_side(stack: Stack, cs: ClusterSettings, run_id: str, label: str) -> t
 
 
 def render_plan(stack: Stack, profile: LoadProfile, cs: ClusterSettings, run_id: str, command: str = "run",
-                repeats: int | None = None) -> K8sPlan:
+                repeats: int | None = None, extra: tuple[str, ...] = (), baseline: bool = True) -> K8sPlan:
     """Every side of `command` (run, compare, audit) for `stack`, with its load Job; nothing is applied. The
     cluster settings are settled first (the engine version, the GPUs per pod, the profile's model)."""
     check_stack(stack.kind, "k8s")
     cs, how = settle(cs, stack.kind, getattr(stack.options, "mode", None), profile.engine)
+    if cs.load_parallelism > 1 and command == "capacity":
+        raise LayerbenchError("capacity searches one level at a time from one load pod: set load_parallelism 1")
+    if cs.load_parallelism > 1:
+        Shard(0, cs.load_parallelism, None).check(profile.levels(), profile.open_loop)
     sides = []
-    for label in side_labels(command):
+    for label in side_labels(command, baseline):
         kind, deployed = render_side(stack, cs, run_id, label)
         name = object_name(run_id, label, kind)
         profile_cm = profile_configmap(f"{name}-profile", cs, run_id, label, profile)
-        job = load_job(f"{name}-load", f"{name}-profile", cs, run_id, label, command, deployed, repeats)
-        sides.append(Side(label=label, stack=kind, objects=[profile_cm, *deployed.objects], ready=deployed.ready,
+        job = load_job(f"{name}-load", f"{name}-profile", cs, run_id, label, command, deployed, repeats, extra)
+        peers = [peers_service(f"{name}-load", cs, run_id, label)] if cs.load_parallelism > 1 else []
+        sides.append(Side(label=label, stack=kind, objects=[profile_cm, *deployed.objects, *peers],
+                          ready=deployed.ready,
                           url=deployed.url, protocol=deployed.protocol, engine_selector=deployed.engine_selector,
-                          load_job=job))
+                          load_job=job, engine_images=deployed.engine_images, gpus=cs.replicas * (cs.gpus or 0),
+                          aliases=deployed.aliases))
     return K8sPlan(run_id=run_id, namespace=cs.namespace, sides=sides, settings=cs, engine=how, command=command,
                    stack=stack.kind)
 

@@ -132,7 +132,8 @@ def render_proxy(stack: Stack, cs: ClusterSettings, run_id: str, label: str) -> 
     root = service_url(name, cs.namespace, PROXY_PORT)
     return Deployed(objects=[*engine.objects, server, dep, svc], ready=[*engine.ready, ("Deployment", name)],
                     url=root + OPENAI_PREFIX, engine_selector=engine.engine_selector,
-                    metrics={"api": f"{root}/metrics", "engine": engine.metrics["api"]})
+                    metrics={"api": f"{root}/metrics", "engine": engine.metrics["api"]},
+                    engine_images=engine.engine_images)
 
 
 def render_kserve(stack: Stack, cs: ClusterSettings, run_id: str, label: str) -> Deployed:
@@ -151,4 +152,5 @@ def render_kserve(stack: Stack, cs: ClusterSettings, run_id: str, label: str) ->
     root = service_url(f"{name}-predictor", cs.namespace, SERVICE_PORT)
     return Deployed(objects=[runtime, isvc], ready=[("InferenceService", name)], url=root + prefix,
                     engine_selector=f"serving.kserve.io/inferenceservice={name}",
-                    metrics={"api": f"{root}/metrics"})  # vLLM's own, or KServe's model server's, at the root
+                    metrics={"api": f"{root}/metrics"},  # vLLM's own, or KServe's model server's, at the root
+                    engine_images=[runtime["spec"]["containers"][0]["image"]])

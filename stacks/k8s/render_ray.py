@@ -100,7 +100,7 @@ def render_ray(stack: Stack, cs: ClusterSettings, run_id: str, label: str) -> De
     return Deployed(objects=[svc, metrics], ready=[("RayService", name)],
                     url=service_url(f"{name}-serve-svc", cs.namespace, SERVE_PORT), engine_selector=selector(engine),
                     metrics={"ray_metrics": f"{service_url(metrics['metadata']['name'], cs.namespace, METRICS_PORT)}"
-                             "/metrics"}, aliases=("ray_vllm_",))
+                             "/metrics"}, aliases=("ray_vllm_",), engine_images=[cs.ray_image])
 
 
 def _log_sidecar(pod: dict[str, Any], image: str) -> None:

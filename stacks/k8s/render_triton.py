@@ -85,4 +85,4 @@ def render_triton(stack: TritonStack, cs: ClusterSettings, run_id: str, label: s
     # as the local Triton stack declares them: the serving port, and Triton's own metrics port
     metrics = {"api": f"{url}/metrics", "triton_metrics": f"{service_url(name, cs.namespace, HTTP_PORT + 2)}/metrics"}
     return Deployed(objects=[repo, dep, svc], ready=[("Deployment", name)], url=url, engine_selector=selector(engine),
-                    protocol="triton", model=model, metrics=metrics)
+                    protocol="triton", model=model, metrics=metrics, engine_images=[cs.triton_image])

@@ -63,4 +63,4 @@ def render_vllm(stack: Stack, cs: ClusterSettings, run_id: str, label: str) -> D
     svc["spec"]["selector"] = engine
     url = service_url(name, cs.namespace, VLLM_PORT)
     return Deployed(objects=[dep, svc], ready=[("Deployment", name)], url=url, engine_selector=selector(engine),
-                    metrics={"api": f"{url}/metrics"})
+                    metrics={"api": f"{url}/metrics"}, engine_images=[vllm_image(cs)])

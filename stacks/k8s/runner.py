@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,17 @@ from stacks.k8s import jobresults
 from stacks.k8s.cluster import Cluster, EngineVersion
 from stacks.k8s.kubeapi import RUN_LABEL, JobFailed
 from stacks.k8s.plan import ClusterSettings, K8sPlan, Side
-from stacks.k8s.preflight import preflight
+from stacks.k8s.preflight import preflight, uses_cache
+from stacks.k8s.probes import probes, run_probes, version_problem
 
 DEFAULT_JOB_TIMEOUT_S = 6 * 3600.0  # a Job without activeDeadlineSeconds; one with it gets that plus a margin
+
+
+def kubeapi_context(kubeconfig: str | Path | None) -> str | None:
+    """The kubeconfig's current context's name, for the report's first lines; None where it cannot be read."""
+    from stacks.k8s.kubeapi import current_context
+
+    return current_context(kubeconfig)
 
 
 def job_timeout(job: dict[str, Any]) -> float:
@@ -45,10 +54,17 @@ def _save_logs(cluster: Cluster, side: Side, job_name: str | None, dest: Path, c
         (dest / (key.replace("/", ".") + ".log")).write_text(text)
 
 
+def unpack_pods(logs: dict[str, str], side_dir: Path) -> list[Path]:
+    """Each load pod's results: into the side's folder, or pod-<i>/ each when the load ran as several pods."""
+    if len(logs) == 1:
+        return jobresults.unpack(next(iter(logs.values())), side_dir)
+    return [f for i, log in enumerate(logs.values()) for f in jobresults.unpack(log, side_dir / f"pod-{i}")]
+
+
 def _run_side(cluster: Cluster, side: Side, settings: ClusterSettings, out_dir: Path, console: Console,
               versions: dict[str, EngineVersion], job_timeout_s: float | None) -> dict[str, Any]:
     side_dir = out_dir / side.label
-    record: dict[str, Any] = {"stack": side.stack, "url": side.url}
+    record: dict[str, Any] = {"stack": side.stack, "url": side.url, "images": side.engine_images}
     job_name = (side.load_job.get("metadata") or {}).get("name")
     failure: BaseException | None = None
     try:
@@ -56,6 +72,8 @@ def _run_side(cluster: Cluster, side: Side, settings: ClusterSettings, out_dir: 
         record["ready_s"] = round(cluster.wait_ready(side, settings.ready_timeout_s, console), 1)
         version = cluster.engine_version(side)
         record["engine_version"], record["engine_version_source"] = version.version, version.source
+        record["nodes"] = sorted({str((p.get("spec") or {}).get("nodeName") or "?")
+                                  for p in cluster.pods(side.engine_selector)})
         for label, other in versions.items():
             if other.version != version.version:
                 raise LayerbenchError(f"engine versions differ: {label} runs vLLM {other.version} ({other.source}), "
@@ -72,7 +90,7 @@ def _run_side(cluster: Cluster, side: Side, settings: ClusterSettings, out_dir: 
                     record["partial_results"] = [str(p.relative_to(side_dir)) for p in files]
             raise
         record["load_s"], record["job_pod"] = round(job.seconds, 1), job.pod
-        record["results"] = [str(p.relative_to(side_dir)) for p in jobresults.unpack(job.log, side_dir)]
+        record["results"] = [str(p.relative_to(side_dir)) for p in unpack_pods(job.logs, side_dir)]
         return record
     except BaseException as e:
         failure = e
@@ -94,22 +112,54 @@ def _run_side(cluster: Cluster, side: Side, settings: ClusterSettings, out_dir: 
             (side_dir / "k8s-side.json").write_text(json.dumps(record, indent=2) + "\n")
 
 
+def settle_versions(cluster: Cluster, plan: K8sPlan, settings: ClusterSettings, console: Console,
+                    allow_mismatch: bool, rerender: Rerender | None) -> tuple[K8sPlan, dict[str, str]]:
+    """Preflight's probes, before any engine is started: every engine image's vLLM. A baseline whose version was
+    provisional (the stack's image was not known to bundle one) is rendered again for the measured version and
+    its image probed in turn; a plan whose engines still differ is refused with the table, unless allowed."""
+    objects = [o for s in plan.sides for o in [*s.objects, s.load_job]]
+    versions = run_probes(cluster, probes(plan, settings, uses_cache(objects, settings)), settings, console)
+    cluster.delete(settings.delete_timeout_s, console)  # the probes' Jobs: gone before anything is deployed
+    stack_image = plan.engine.get("stack_image")
+    if plan.engine.get("provisional") and rerender and stack_image in versions and \
+            versions[stack_image] != plan.engine.get("version"):
+        measured = versions[stack_image]
+        console.print(f"{stack_image} bundles vLLM {measured}: the baseline runs bare vLLM {measured}")
+        plan = rerender(measured)
+        extra = [p for p in probes(plan, settings, False) if p.what == "version" and p.image not in versions]
+        versions.update(run_probes(cluster, extra, settings, console))
+        cluster.delete(settings.delete_timeout_s, console)
+    problem = version_problem(plan, versions)
+    if problem and not allow_mismatch:
+        raise LayerbenchError(f"{problem}\nleave vllm_version unset in the cluster config (bare vLLM then runs the "
+                              "stack image's), or choose images of one vLLM; --allow-version-mismatch compares anyway")
+    return plan, versions
+
+
+Rerender = Callable[[str], K8sPlan]  # the plan again, for a measured engine version
+
+
 def run_plan(plan: K8sPlan, settings: ClusterSettings, out_dir: Path, console: Console | None = None, *,
              cluster: Cluster | None = None, kubeconfig: str | Path | None = None,
-             job_timeout_s: float | None = None) -> int:
-    """Runs every side of `plan` in order; 0 when all completed. Failures raise LayerbenchError (exit 2) after
-    cleanup; `cluster` is for callers that already hold one (tests, a CLI that ran preflight itself)."""
+             job_timeout_s: float | None = None, allow_version_mismatch: bool = False,
+             rerender: Rerender | None = None) -> int:
+    """Runs every side of `plan` in order, after preflight and its probes; 0 when all completed. Failures raise
+    LayerbenchError (exit 2) after cleanup; `cluster` is for callers that already hold one (tests)."""
     console = console or Console(stderr=True)
+    settings = plan.settings or settings
     own = cluster is None
     cluster = cluster or Cluster.connect(plan.namespace, plan.run_id, kubeconfig)
     out_dir.mkdir(parents=True, exist_ok=True)
     versions: dict[str, EngineVersion] = {}
     summary: dict[str, Any] = {"run_id": plan.run_id, "namespace": plan.namespace, "server": cluster.host,
-                               "sides": {}}
+                               "context": kubeapi_context(kubeconfig), "sides": {}}
     try:
         objects = [o for s in plan.sides for o in [*s.objects, s.load_job]]
-        for warning in preflight(cluster, settings, {s.stack for s in plan.sides}, objects):
+        for warning in preflight(cluster, settings, {s.stack for s in plan.sides}, objects,
+                                 max((s.gpus for s in plan.sides), default=0)):
             console.print(f"[yellow]warning:[/] {warning}")
+        plan, images = settle_versions(cluster, plan, settings, console, allow_version_mismatch, rerender)
+        summary["images"] = images
         for side in plan.sides:
             try:
                 summary["sides"][side.label] = _run_side(cluster, side, settings, out_dir, console, versions,

@@ -92,7 +92,9 @@ def test_triton_mounts_its_model_repository_and_loads_through_generate_stream():
     side = plan.sides[1]
     assert "$RUN_DIR/stack-triton-repo:/models" in side.run
     assert "--http-address=127.0.0.1" in side.run
-    assert side.load[-4:] == ["--opt", "protocol=triton", "--opt", "model=qwen2.5-0.5b-instruct"]
+    assert side.load[-6:-2] == ["--opt", "protocol=triton", "--opt", "model=qwen2.5-0.5b-instruct"]
+    assert side.load[-1] == ("metric_endpoints=api=http://127.0.0.1:8000/metrics,"
+                             "triton_metrics=http://127.0.0.1:8002/metrics")  # Triton's own port, as locally
 
 
 def test_kserve_inprocess_loads_through_kserves_openai_routes():
@@ -144,8 +146,11 @@ def test_cli_docker_dry_run_writes_the_commands(tmp_path, capsys):
     assert not (run / "run.json").exists()  # nothing ran
 
 
-def test_cli_docker_without_dry_run_says_so_and_writes_nothing(tmp_path, capsys, monkeypatch):
+def test_cli_docker_without_a_daemon_writes_the_commands_and_says_how_to_run_them(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("shutil.which", lambda name: None)
-    assert main(["run", "--stack", "vllm", "--target", "docker", "--results-dir", str(tmp_path)]) == 2
-    assert "only --dry-run is available on this host: `docker` is not on PATH" in capsys.readouterr().err
-    assert not any(tmp_path.iterdir())
+    assert main(["compare", "--stack", "vllm", "--target", "docker", "--results-dir", str(tmp_path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    (run,) = tmp_path.iterdir()
+    assert "no docker daemon answers `docker info` here" in out and f"make report RUN={run.name}" in out
+    assert (run / "docker" / "commands.sh").exists() and (run / "compare-plan.json").exists()
+    assert not (run / "compare.json").exists()  # nothing was measured

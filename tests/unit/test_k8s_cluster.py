@@ -28,6 +28,7 @@ from tests.k8s_emulator import Emulator, write_kubeconfig
 
 RUN = "20261201-101010-compare-ray-abc123"
 NS = "layerbench"
+CS = ClusterSettings(load_image="registry.test/layerbench:1")  # a harness image (the placeholder is refused)
 
 
 def quiet() -> Console:
@@ -228,6 +229,7 @@ def test_engine_version_from_log_then_image_tag(emu: Emulator, cluster: Cluster)
     assert (v.version, v.source.split(" lb-")[0]) == ("0.32.0", "log of pod")
     pod = emu.objects("Pod", "app=lb-vllm")[0]
     pod["_log"] = "no version line here\n"
+    pod["_logs"] = {}
     v = cluster.engine_version(side)
     assert v.version == "0.32.0" and v.source.endswith("(vllm/vllm-openai:v0.32.0)")
     pod["spec"]["containers"][0]["image"] = "rayproject/ray-llm:2.60.0"  # Ray's version, not vLLM's
@@ -326,7 +328,7 @@ def two_sides(emu: Emulator) -> K8sPlan:
 def test_run_plan_end_to_end(emu: Emulator, tmp_path: Path) -> None:
     plan = two_sides(emu)
     with Cluster.connect(NS, RUN, write_kubeconfig(tmp_path / "kubeconfig", emu.url), poll_s=0.002) as c:
-        assert run_plan(plan, ClusterSettings(), tmp_path, quiet(), cluster=c) == 0
+        assert run_plan(plan, CS, tmp_path, quiet(), cluster=c) == 0
     assert (tmp_path / f"baseline/{RUN}/baseline.json").read_text() == '"baseline"'
     assert (tmp_path / f"stack/{RUN}/stack.json").read_text() == '"stack"'
     for label in ("baseline", "stack"):
@@ -347,7 +349,7 @@ def test_run_plan_version_mismatch_fails_and_cleans_up(emu: Emulator, tmp_path: 
     emu.behave("lb-stack-isvc", version="0.31.1")
     with connect(emu) as c, pytest.raises(LayerbenchError, match=r"stack \(kserve\): engine versions differ: "
                                                                  r"baseline runs vLLM 0.32.0 .*stack runs 0.31.1"):
-        run_plan(plan, ClusterSettings(), tmp_path, quiet(), cluster=c)
+        run_plan(plan, CS, tmp_path, quiet(), cluster=c)
     assert emu.labelled(RUN) == [] and emu.objects("Pod") == []
     assert (tmp_path / "baseline" / RUN / "baseline.json").exists()  # the completed side's results are kept
     assert yaml.safe_load((tmp_path / "k8s-run.json").read_text())["status"] == "failed"
@@ -369,7 +371,7 @@ def test_run_plan_keeps_the_results_of_a_failed_load(emu: Emulator, tmp_path: Pa
     emu.behave("lb-baseline-load", "fail", log="error: level 4 failed\n" + marker_log({"partial.json": "[]"}))
     with connect(emu) as c, pytest.raises(LayerbenchError, match=r"(?s)baseline \(vllm\): Job/lb-baseline-load: "
                                                                  r"Failed=True.*error: level 4 failed"):
-        run_plan(plan, ClusterSettings(), tmp_path, quiet(), cluster=c)
+        run_plan(plan, CS, tmp_path, quiet(), cluster=c)
     assert (tmp_path / "baseline" / "partial.json").read_text() == "[]"
     assert emu.labelled(RUN) == []
 
@@ -381,13 +383,13 @@ def test_run_plan_reports_a_failed_cleanup_with_the_failure(emu: Emulator, tmp_p
     with connect(emu) as c, pytest.raises(LayerbenchError, match=r"(?s)baseline \(vllm\): Deployment/lb-base cannot "
                                           r"become ready: .*ImagePullBackOff.*\nand then cleanup incomplete.*"
                                           r"Deployment/lb-base still present after 0.05 s"):
-        run_plan(plan, ClusterSettings(delete_timeout_s=0.05), tmp_path, quiet(), cluster=c)
+        run_plan(plan, CS.model_copy(update={"delete_timeout_s": 0.05}), tmp_path, quiet(), cluster=c)
 
 
 def test_run_plan_cleans_up_after_an_interrupt(emu: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with connect(emu) as c, pytest.raises(KeyboardInterrupt):
         monkeypatch.setattr(c, "run_job", Mock(side_effect=KeyboardInterrupt))
-        run_plan(two_sides(emu), ClusterSettings(), tmp_path, quiet(), cluster=c)
+        run_plan(two_sides(emu), CS, tmp_path, quiet(), cluster=c)
     assert emu.labelled(RUN) == [] and emu.objects("Pod") == []
     assert yaml.safe_load((tmp_path / "k8s-run.json").read_text())["status"] == "failed"
 
@@ -395,5 +397,5 @@ def test_run_plan_cleans_up_after_an_interrupt(emu: Emulator, tmp_path: Path, mo
 def test_run_plan_preflight_failure_deploys_nothing(tmp_path: Path) -> None:
     with Emulator(gpu_nodes={}) as emu, connect(emu) as c:
         with pytest.raises(LayerbenchError, match=r"no node has nvidia.com/gpu allocatable >= 1 \(nodes: none\)"):
-            run_plan(two_sides(emu), ClusterSettings(), tmp_path, quiet(), cluster=c)
+            run_plan(two_sides(emu), CS, tmp_path, quiet(), cluster=c)
         assert not [r for r in emu.requests if r[0] == "POST"]

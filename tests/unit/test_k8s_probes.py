@@ -1,0 +1,136 @@
+"""Preflight's probes against the API emulator, whose registry knows which vLLM each image carries: the engine
+versions are settled before any engine is applied (a mismatched set refused with its table, a provisional
+baseline rendered again for the stack image's vLLM), and an unknown tag, the placeholder load image, a model
+missing from the HF-cache PVC and a namespace without GPU quota are each refused before any GPU is taken."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from harness.errors import LayerbenchError
+from harness.profile import load_profile
+from stacks.base import DeploySettings, get_stack
+from stacks.k8s.cluster import Cluster
+from stacks.k8s.images import DEFAULT_KSERVE_HF_IMAGE, DEFAULT_RAY_IMAGE, DEFAULT_TRITON_IMAGE
+from stacks.k8s.plan import ClusterSettings
+from stacks.k8s.render import render_plan
+from stacks.k8s.runner import run_plan
+from tests.k8s_emulator import Emulator
+
+RUN = "20261201-101010-compare-ray-abc123"
+LOAD = "registry.test/layerbench:1"
+PROFILE = load_profile("quick")
+# what a registry holds: each image and the vLLM inside it (the harness image has none)
+REGISTRY = {"vllm/vllm-openai:v0.32.0": "0.32.0", "vllm/vllm-openai:v0.29.0": "0.29.0",
+            "vllm/vllm-openai:v0.30.1": "0.30.1", DEFAULT_RAY_IMAGE: "0.29.0", DEFAULT_TRITON_IMAGE: "0.30.1",
+            DEFAULT_KSERVE_HF_IMAGE: "0.24.0", LOAD: "harness"}
+
+
+def quiet() -> Console:
+    return Console(file=io.StringIO(), width=200)
+
+
+def plan(kind: str, cs: ClusterSettings, **options):
+    stack = get_stack(kind)(DeploySettings(engine=PROFILE.engine, target="k8s", options=options))
+    return render_plan(stack, PROFILE, cs, RUN, "compare", 1), stack
+
+
+def cluster(**kw) -> Emulator:
+    """A cluster with the registry above and the HF-cache PVC the engines mount."""
+    emu = Emulator(**{"images": REGISTRY, **kw})
+    emu.put("api/v1", "persistentvolumeclaims", "layerbench", {"metadata": {"name": "hf-cache"}})
+    return emu
+
+
+def applied(emu: Emulator) -> list[str]:
+    """The kinds this run created, in order."""
+    return [path.rsplit("/", 1)[-1] for method, path, _ in emu.requests if method == "POST"]
+
+
+def run(emu: Emulator, kind: str, cs: ClusterSettings, tmp_path, **options):
+    p, stack = plan(kind, cs, **options)
+
+    def rerender(version: str):
+        return render_plan(stack, PROFILE, cs.model_copy(update={"vllm_version": version}), RUN, "compare", 1)
+
+    with Cluster(cs.namespace, RUN, emu.api_client(), poll_s=0.002, request_timeout_s=5) as c:
+        return run_plan(p, cs, tmp_path, quiet(), cluster=c, rerender=rerender)
+
+
+def test_the_old_default_set_is_refused_before_any_engine_is_applied(tmp_path):
+    """vllm 0.32.0 against ray-llm 2.60.0 (which bundles 0.29.0): found by the probes, not after a sweep."""
+    with cluster() as emu:
+        cs = ClusterSettings(load_image=LOAD, vllm_version="0.32.0")
+        with pytest.raises(LayerbenchError) as e:
+            run(emu, "ray", cs, tmp_path)
+        text = str(e.value)
+        assert "the images run different vLLM versions" in text
+        assert "baseline (vllm): vllm/vllm-openai:v0.32.0 -> vLLM 0.32.0" in text
+        assert f"stack (ray): {DEFAULT_RAY_IMAGE} -> vLLM 0.29.0" in text and "--allow-version-mismatch" in text
+        assert set(applied(emu)) == {"jobs"}  # the probes only: no Deployment, no RayService
+        assert emu.objects("Job") == [] and emu.objects("Pod") == []  # and they were deleted
+
+
+def test_the_default_set_is_consistent_and_its_baseline_follows_the_stack(tmp_path):
+    with cluster() as emu:
+        p, _ = plan("ray", ClusterSettings(load_image=LOAD))
+        assert p.engine["version"] == "0.29.0" and not p.engine["provisional"]
+        assert p.sides[0].engine_images == ["vllm/vllm-openai:v0.29.0"]
+        for label in ("baseline", "stack"):
+            emu.behave(f"lb-{label}-{'vllm' if label == 'baseline' else 'ray'}-abc123", version="0.29.0")
+        with pytest.raises(LayerbenchError, match="RESULTS"):  # the sides deploy; their loads return no results
+            run(emu, "ray", ClusterSettings(load_image=LOAD), tmp_path)
+        assert "deployments" in applied(emu)  # past preflight: the baseline was deployed
+
+
+def test_a_provisional_baseline_is_rendered_again_for_the_stack_images_vllm(tmp_path):
+    """Triton's image is not known to bundle a version: its probe says 0.30.1, and bare vLLM 0.30.1 is run."""
+    with cluster() as emu:
+        p, _ = plan("triton", ClusterSettings(load_image=LOAD))
+        assert p.engine["provisional"] and p.engine["stack_image"] == DEFAULT_TRITON_IMAGE
+        with pytest.raises(LayerbenchError, match="RESULTS"):  # the sides deploy; their loads return no results
+            run(emu, "triton", ClusterSettings(load_image=LOAD), tmp_path)
+        engines = [c["image"] for o in emu.created if o["kind"] == "Deployment"
+                   for c in o["spec"]["template"]["spec"]["containers"]]
+        assert engines[0] == "vllm/vllm-openai:v0.30.1"  # the baseline, rendered again for Triton's vLLM
+        probed = {c["image"] for o in emu.created if o["kind"] == "Job" and "probe" in o["metadata"]["name"]
+                  for c in o["spec"]["template"]["spec"]["containers"]}
+        assert {"vllm/vllm-openai:v0.32.0", "vllm/vllm-openai:v0.30.1", DEFAULT_TRITON_IMAGE, LOAD} <= probed
+
+
+@pytest.mark.parametrize(("cs", "registry", "message"), [
+    (ClusterSettings(), REGISTRY, "load_image is the placeholder localhost/layerbench:unset"),
+    (ClusterSettings(load_image=LOAD, ray_image="rayproject/ray-llm:9.9.9-py311-cu128"),
+     REGISTRY, "image rayproject/ray-llm:9.9.9-py311-cu128 cannot be pulled"),
+    (ClusterSettings(load_image="registry.test/not-layerbench:1"), {**REGISTRY, "registry.test/not-layerbench:1": None},
+     "load_image registry.test/not-layerbench:1 is not layerbench's harness image"),
+])
+def test_images_are_checked_before_anything_is_deployed(tmp_path, cs, registry, message):
+    with cluster(images=registry) as emu:
+        with pytest.raises(LayerbenchError, match=message.replace("(", r"\(")):
+            run(emu, "ray", cs, tmp_path)
+        assert not {"deployments", "rayservices"} & set(applied(emu))
+
+
+def test_a_model_missing_from_the_cache_pvc_is_refused(tmp_path):
+    with cluster(models={"someone/else@main"}) as emu:
+        with pytest.raises(LayerbenchError, match="the HF cache PVC hf-cache has no Qwen/Qwen2.5-1.5B-Instruct at "
+                                                  "revision 989aa798"):
+            run(emu, "vllm", ClusterSettings(load_image=LOAD), tmp_path)
+        assert "deployments" not in applied(emu)
+
+
+def test_a_namespace_quota_without_room_for_a_side_is_refused(tmp_path):
+    with cluster(gpu_nodes={"gpu-1": 8}) as emu:
+        emu.put("api/v1", "resourcequotas", "layerbench", {
+            "metadata": {"name": "team-gpus"}, "spec": {"hard": {"requests.nvidia.com/gpu": "4"}},
+            "status": {"used": {"requests.nvidia.com/gpu": "1"}}})
+        cs = ClusterSettings(load_image=LOAD, replicas=2, gpus=2)
+        with pytest.raises(LayerbenchError, match=r"ResourceQuota team-gpus in namespace layerbench leaves 3 of 4 "
+                                                  r"requests.nvidia.com/gpu; a side \(2 replica\(s\) x 2 GPU\(s\)\) "
+                                                  r"needs 4"):
+            run(emu, "vllm", cs, tmp_path)
+        assert applied(emu) == []
