@@ -214,6 +214,9 @@ def preflight(cluster: Cluster, settings: ClusterSettings, stacks: Iterable[str]
     stacks, objects = set(stacks), list(objects)
     warnings: list[str] = []
     check_reachable(cluster)
+    if _read(k8s.CoreV1Api(cluster.api).read_namespace, cluster.namespace) is None:
+        raise LayerbenchError(f"namespace {cluster.namespace} does not exist: create it (kubectl create namespace "
+                              f"{cluster.namespace}) or set `namespace` in the cluster config")
     if "kserve" in stacks:
         _check_kserve(cluster, settings)
     _check_crds(cluster, stacks, objects, warnings)

@@ -6,6 +6,7 @@ missing from the HF-cache PVC and a namespace without GPU quota are each refused
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 from rich.console import Console
@@ -134,3 +135,60 @@ def test_a_namespace_quota_without_room_for_a_side_is_refused(tmp_path):
                                                   r"needs 4"):
             run(emu, "vllm", cs, tmp_path)
         assert applied(emu) == []
+
+
+def test_a_missing_namespace_is_named_before_anything_is_created(tmp_path):
+    with cluster(namespaces=("default",)) as emu:
+        with pytest.raises(LayerbenchError, match=r"namespace layerbench does not exist: create it \(kubectl create "
+                                                  r"namespace layerbench\)"):
+            run(emu, "vllm", ClusterSettings(load_image=LOAD), tmp_path)
+        assert applied(emu) == []
+
+
+def test_a_kubeconfig_without_the_crds_is_refused(tmp_path):
+    with cluster(crds=()) as emu:
+        with pytest.raises(LayerbenchError, match="CRD rayservices.ray.io missing: install the KubeRay operator"):
+            run(emu, "ray", ClusterSettings(load_image=LOAD), tmp_path)
+        assert applied(emu) == []
+
+
+@pytest.mark.slow  # a local compare of the reference engine first (~10 s)
+def test_an_interrupted_compare_deletes_what_it_made_and_reports_what_it_measured(tmp_path, monkeypatch):
+    """Ctrl-C during the stack's load: the baseline measured, everything deleted, the report marked interrupted."""
+    from harness.cli import main
+    from stacks.k8s import jobresults
+    from tests.k8s_emulator import write_kubeconfig
+    from tests.unit.test_k8s_compare import split_side
+
+    local = tmp_path / "local"
+    prof = tmp_path / "p.yaml"
+    prof.write_text("concurrency: [2]\nrequests: 20\nrequests_per_concurrency: 0\noutput_tokens: 8\n"
+                    "input_tokens: 32\nwarmup_sweep: false\nscrape: none\n")
+    assert main(["compare", "--stack", "sim-proxy", "--profile", str(prof), "--repeats", "1", "--opt", "ttft_ms=10",
+                 "--opt", "itl_ms=2", "--results-dir", str(local), "--reports-dir", str(tmp_path / "lr")]) == 0
+    (run_local,) = local.iterdir()
+    baseline = jobresults.pack(split_side(run_local, "baseline", tmp_path / "job"))
+    real_finish = Cluster.finish_job
+
+    def finish(self, ref, timeout_s, console=None):
+        if ref.name.startswith("lb-stack-") and ref.name.endswith("-load"):
+            raise KeyboardInterrupt
+        return real_finish(self, ref, timeout_s, console)
+
+    monkeypatch.setattr(Cluster, "finish_job", finish)
+    with cluster() as emu:
+        real = emu._log_of
+        emu._log_of = lambda owner, b, c, i: (baseline if owner["metadata"]["name"].endswith("-load")
+                                              else real(owner, b, c, i))
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(f"load_image: {LOAD}\n")
+        monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kubeconfig", emu.url)))
+        rc = main(["compare", "--stack", "vllm", "--profile", str(prof), "--target", "k8s", "--cluster-config",
+                   str(cfg), "--results-dir", str(tmp_path / "k8s"), "--reports-dir", str(tmp_path / "reports")])
+        left = [o for o in emu.store.values() if (o["metadata"].get("labels") or {}).get("layerbench.io/run")]
+    assert rc == 130 and left == []
+    (run,) = (tmp_path / "k8s").iterdir()
+    s = json.loads((run / "compare.json").read_text())
+    assert s["status"] == "interrupted" and s["runs"]["baseline"]["levels"]
+    assert json.loads((run / "run.json").read_text())["status"] == "interrupted"
+    assert "interrupted" in (tmp_path / "reports" / run.name / "report.md").read_text()
