@@ -275,12 +275,18 @@ def settings_diff(a: AppliedConfig, b: AppliedConfig) -> list[str]:
 
 
 def model_diff(model: ServedModel | None, applied: dict[str, AppliedConfig]) -> list[str]:
-    """Each side that reported loading other files than the resolved model (from its engine's config line)."""
+    """Each side that reported loading other files than the resolved model (from its engine's config line). A
+    directory that is not on this host and not an HF-cache snapshot (a pod's /mnt/models, where KServe's storage
+    initializer put the model's storageUri) cannot be told apart, so it is not held against the side."""
     if model is None:
         return []
+
+    def unknowable(path: str) -> bool:
+        return path.startswith("/") and "models--" not in path and not Path(path).exists()
+
     return [f"model: {label} loaded {a.model}" + (f" @ {a.revision}" if a.revision else "")
             + f", not {model.text()}" for label, a in applied.items()
-            if a.model is not None and not model.same_files(a.model, a.revision)]
+            if a.model is not None and not unknowable(a.model) and not model.same_files(a.model, a.revision)]
 
 
 def _gpu_host() -> dict | None:

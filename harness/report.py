@@ -100,7 +100,9 @@ def model_line(s: CompareSummary) -> list[str]:
     m = s.model
     if m is None:
         return []
-    if s.devices and s.gpu_host:
+    if s.target != "local":
+        where = f"on the {'cluster' if s.target == 'k8s' else 'docker host'}'s GPUs"
+    elif s.devices and s.gpu_host:
         names = {g["index"]: g["name"] for g in s.gpu_host.get("gpus", [])}
         where = (f"on GPU {', '.join(map(str, s.devices))} ({', '.join(sorted({names.get(d, '?') for d in s.devices}))}"
                  f"), tensor_parallel_size {len(s.devices)}")

@@ -76,6 +76,9 @@ class ServedModel(BaseModel):
             return False
         if self.source == "hub" and model == self.id:
             return revision == self.revision
+        snapshot = f"models--{self.id.replace('/', '--')}/snapshots/{self.revision}"
+        if self.source == "hub" and self.revision and model.rstrip("/").endswith(snapshot):
+            return True  # the snapshot's folder, in a cache elsewhere (a pod's mounted HF cache)
         try:
             return self.path is not None and Path(model).resolve() == self.path.resolve()
         except OSError:

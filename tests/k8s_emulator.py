@@ -57,6 +57,29 @@ HARNESS_MARKER = "LAYERBENCH_HARNESS"
 MODEL_MARKER = "LAYERBENCH_MODEL"
 
 
+def engine_log(container: dict[str, Any], version: str) -> str:
+    """What vLLM prints at startup in an engine container: its version, its config line (the model and
+    tensor-parallel size its command line gave it) and its KV cache."""
+    args = [str(a) for a in [*(container.get("command") or []), *(container.get("args") or [])]]
+
+    def flag(name: str, default: str) -> str:
+        for i, a in enumerate(args):
+            if a == name and i + 1 < len(args):
+                return args[i + 1]
+            if a.startswith(name + "="):
+                return a.split("=", 1)[1]
+        return default
+
+    model, revision = flag("--model", "/mnt/models"), flag("--revision", "None")
+    return (f"INFO 01-01 00:00:00 [api_server.py:1] vLLM API server version {version}\n"
+            f"INFO 01-01 00:00:01 [core.py:134] Initializing a V1 LLM engine (v{version}) with config: "
+            f"model='{model}', speculative_config=None, tokenizer='{model}', revision={revision}, "
+            f"tokenizer_revision={revision}, dtype=torch.bfloat16, tensor_parallel_size="
+            f"{flag('--tensor-parallel-size', '1')}, pipeline_parallel_size=1\n"
+            "INFO 01-01 00:00:09 [kv_cache_utils.py:1] GPU KV cache size: 1,050,624 tokens\n"
+            "INFO started\n")
+
+
 def _probe_log(command: str, image: str, images: dict[str, str | None] | None, models: set[str] | None) -> str:
     """What a preflight probe prints in the emulated image (the probe's own marker lines)."""
     from stacks.k8s.images import PROBE_MARKER, known_vllm
@@ -271,7 +294,7 @@ class Emulator:
             return b.log
         if c.get("name") == "ray-worker" or c.get("name") == "ray-head":  # Ray's own output: vLLM is not in it
             return "INFO worker.py:1 Connecting to existing Ray cluster\n"
-        return f"INFO 01-01 00:00:00 [api_server.py:1] vLLM API server version {b.version}\nINFO started\n"
+        return engine_log(c, b.version)
 
     def _make_pods(self, owner: dict[str, Any], b: Behaviour) -> list[dict[str, Any]]:
         meta, name = owner["metadata"], owner["metadata"]["name"]
