@@ -9,6 +9,9 @@ inputs of NVIDIA's vLLM backend; one SSE event per response with `text_output` a
   a slow /metrics, /metrics answering 500 / hanging / garbage every Nth time, the engine SIGKILLing its own
   process group after N requests, slow start-up and shutdown), changeable while it runs via POST
   /sim/faults; /metrics with vLLM 0.32.0's family names following the simulated state.
+- Known noise: a per-deployment slowdown exp(deployment_sigma * Z), a per-busy-period one exp(window_sigma * Z),
+  a linear drift (drift_per_min since drift_epoch); the factors drawn are served at /sim/stats, so a compare's
+  verdict can be checked against what the engine actually did.
 - Every request's actual send times are kept (same monotonic clock as the client: perf_counter_ns is
   CLOCK_MONOTONIC on Linux), served at GET /sim/stats: how late the server itself was, so a benchmark can tell
   the client's error from the server's.
@@ -65,6 +68,17 @@ class SimConfig(BaseModel):
     startup_delay_s: float = Field(0.0, ge=0)
     shutdown_delay_s: float = Field(0.0, ge=0)
     seed: int = 0
+    # known noise, so a compare's verdict is tested against a known truth (the factors are served at /sim/stats)
+    deployment_sigma: float = Field(0.0, ge=0, le=1, description="this deployment runs exp(sigma * Z) slower for "
+                                    "its whole life (Z ~ N(0, 1), drawn at start): where a deployment's processes "
+                                    "land on a shared host")
+    window_sigma: float = Field(0.0, ge=0, le=1, description="each busy period (idle to idle: a measured window) "
+                                "runs exp(sigma * Z) slower, drawn anew")
+    drift_per_min: float = Field(0.0, ge=-0.5, le=0.5, description="the engine slows by this share of its timing per "
+                                 "minute since drift_epoch (a drifting host)")
+    drift_epoch: float = Field(0.0, ge=0, description="unix time the drift counts from (0: this engine's start); "
+                               "give every deployment of a compare the same")
+    noise_seed: int = Field(-1, description="seed of the noise draws (-1: from the OS, so every deployment differs)")
     max_position_embeddings: int = Field(32768, ge=1, description="the model's context limit: a longer "
                                          "max_model_len is refused at start-up, as vLLM refuses it")
 
@@ -97,6 +111,15 @@ class Engine:
         self.itl_ns: list[int] = []  # gaps between content events written
         self.counter = 0
         self.scrapes = 0
+        self.noise = random.Random(None if cfg.noise_seed < 0 else cfg.noise_seed)
+        self.deployment_factor = float(np.exp(cfg.deployment_sigma * self.noise.gauss(0, 1)))
+        self.window_factors: list[float] = []
+        self.epoch = cfg.drift_epoch or time.time()
+
+    def factor(self) -> float:
+        """How much slower than configured this request runs: deployment x window x drift."""
+        drift = 1.0 + self.cfg.drift_per_min * (time.time() - self.epoch) / 60.0
+        return self.deployment_factor * (self.window_factors[-1] if self.window_factors else 1.0) * max(0.05, drift)
 
     # ---- routes ----
     async def handle(self, req: Request, resp: Responder) -> None:
@@ -157,7 +180,9 @@ class Engine:
 
         return {"late_first": pct(self.late_first_ns), "late_event": pct(self.late_event_ns),
                 "ttft": pct(self.ttft_ns), "e2e": pct(self.e2e_ns), "itl": pct(self.itl_ns),
-                "requests": self.counter, "first_sent_ns": self.first_sent_ns}
+                "requests": self.counter, "first_sent_ns": self.first_sent_ns,
+                "noise": {"deployment_factor": self.deployment_factor, "window_factors": self.window_factors,
+                          "drift_per_min": self.cfg.drift_per_min, "drift_epoch": self.epoch}}
 
     # ---- generation ----
     async def generate(self, req: Request, resp: Responder, protocol: str) -> None:
@@ -195,6 +220,8 @@ class Engine:
         self.counter += 1
         rid = f"{'chatcmpl' if chat else 'cmpl'}-sim{self.counter}"
 
+        if self.running == 0 and self.waiting == 0 and self.cfg.window_sigma:  # a busy period begins
+            self.window_factors.append(float(np.exp(self.cfg.window_sigma * self.noise.gauss(0, 1))))
         self.waiting += 1
         self._publish()
         async with self.slots:
@@ -247,8 +274,9 @@ class Engine:
                       triton: bool = False) -> None:
         cfg = self.cfg
         clock = time.perf_counter_ns
-        ttft_ns = int((cfg.ttft_ms + cfg.prefill_ms_per_token * prompt_tokens + jitter_ms) * 1e6)
-        itl_ns = int(cfg.itl_ms * 1e6)
+        slow = self.factor()
+        ttft_ns = int((cfg.ttft_ms + cfg.prefill_ms_per_token * prompt_tokens + jitter_ms) * 1e6 * slow)
+        itl_ns = int(cfg.itl_ms * 1e6 * slow)
         first_due = t_admit + max(0, ttft_ns)
         resp.start_stream()
         if chat:
@@ -264,7 +292,7 @@ class Engine:
             # absolute deadlines: each token is due one interval after the previous token's deadline (never after
             # its actual send), so lateness never accumulates; the interval depends on how many requests run
             token_ns = itl_ns if not cfg.interference_above or self.running <= cfg.interference_above \
-                else int(cfg.interference_itl_ms * 1e6)
+                else int(cfg.interference_itl_ms * 1e6 * slow)
             due += ((n - 1) if j == 0 else n) * token_ns  # a chunk leaves when its last token is due
             await self.timer.sleep_until(due)
             if cut and j >= n_chunks // 2:
@@ -316,7 +344,11 @@ async def amain(argv: list[str] | None = None) -> None:
     timer = PreciseTimer(asyncio.get_running_loop())
     engine = Engine(cfg, timer)
     await asyncio.sleep(cfg.startup_delay_s)
+    if cfg.deployment_sigma or cfg.window_sigma or cfg.drift_per_min:  # the known truth, in the engine's log
+        print(f"layerbench-sim: noise {json.dumps({'deployment_factor': engine.deployment_factor})}", flush=True)
     await run_server(engine.handle, args.host, args.port, timer.close)
+    if cfg.deployment_sigma or cfg.window_sigma or cfg.drift_per_min:
+        print(f"layerbench-sim: noise {json.dumps(engine.stats()['noise'])}", flush=True)
     print("layerbench-sim: stopping", flush=True)  # tests wait for this line to signal during teardown
     time.sleep(cfg.shutdown_delay_s)  # a slow shutdown, for tests that signal layerbench during teardown
 
