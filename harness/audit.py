@@ -75,11 +75,17 @@ def _families(scrapes: list[dict]) -> set[str]:
     return {f for s in scrapes if s["ok"] for f in s["families"] if not f.endswith("_created")}
 
 
+METRICLESS = "no /metrics (declared by the stack; not scraped)"
+
+
 def audit_from_scrapes(scrapes: list[dict], live: dict[str, LiveFacts], stack: str,
-                       renames: tuple[str, ...] = (), note: str | None = None) -> AuditResult:
+                       renames: tuple[str, ...] = (), note: str | None = None,
+                       metricless: dict[str, str] | None = None) -> AuditResult:
     """renames: the prefixes the stack declares it puts in place of `vllm:` (Stack.metric_aliases); note: the
-    stack's sentence on the setting that decides its engine metrics (Stack.observability_note)."""
-    endpoints = []
+    stack's sentence on the setting that decides its engine metrics (Stack.observability_note); metricless: the
+    stack's endpoints it declares serve no /metrics (Stack.metricless_endpoints), listed as such, never scraped."""
+    endpoints = [EndpointAudit(label="stack", name=name, url=url, status=METRICLESS, ok_scrapes=0, gaps=0,
+                               families=0, prefixes={}, vllm_families=0) for name, url in (metricless or {}).items()]
     by_label: dict[str, list[dict]] = {}
     for s in scrapes:
         by_label.setdefault(s.get("label", "stack"), []).append(s)

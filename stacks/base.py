@@ -236,6 +236,11 @@ class Stack(ABC):
     def metric_endpoints(self) -> dict[str, str]:
         return {"api": f"{self.endpoint().base_url}/metrics"}
 
+    def metricless_endpoints(self) -> dict[str, str]:
+        """Where a user would look for metrics that the stack declares serves none (Ray Serve's and Triton's API
+        ports): the audit lists them as such, and nothing scrapes them (a scrape would only count 404s)."""
+        return {}
+
     def layer_metrics(self) -> tuple[LayerMetric, ...]:
         """The layer's own figures to summarise per level from its metric endpoints (Triton: queue time)."""
         return ()
@@ -270,6 +275,11 @@ class Stack(ABC):
         built from the very command line or engine arguments deploy() uses, so a dry run's plan and the tests can
         hold both sides of a compare to the same. None: no engine of layerbench's (an endpoint, the sims)."""
         return None
+
+    def again(self, log_dir: Path) -> Stack:
+        """A fresh deployment of this stack with the same settings (its own ports), logging under log_dir: a
+        compare's later deployment pairs."""
+        return type(self)(self.settings.model_copy(update={"log_dir": log_dir}))
 
     def baseline(self) -> Stack | None:
         """The bare vLLM of exactly this engine version, same environment, same settings."""

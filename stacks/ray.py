@@ -159,9 +159,10 @@ class RayStack(LocalServerStack):
         return ("ray_vllm_",)  # Ray's metrics agent: vllm:x -> ray_vllm_x (measured with Ray 2.60)
 
     def metric_endpoints(self) -> dict[str, str]:
-        # where a user would look first (the API port) and where Ray actually exports
-        return {"api": f"{self.endpoint().base_url}/metrics",
-                "ray_metrics": f"http://127.0.0.1:{self.metrics_port}/metrics"}
+        return {"ray_metrics": f"http://127.0.0.1:{self.metrics_port}/metrics"}  # where Ray exports
+
+    def metricless_endpoints(self) -> dict[str, str]:
+        return {"api": f"{self.endpoint().base_url}/metrics"}  # Serve's HTTP proxy serves none
 
     def log_locations(self) -> dict[str, Path]:
         """vLLM's startup log is in the LLMServer replica's worker .out/.err inside the Ray session logs."""

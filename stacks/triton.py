@@ -219,9 +219,10 @@ class TritonStack(LocalServerStack):
                         model=self.settings.served_model_name)
 
     def metric_endpoints(self) -> dict[str, str]:
-        # where a user of a vLLM server looks first (the serving port), and Triton's own metrics port
-        return {"api": f"{self.endpoint().base_url}/metrics",
-                "triton_metrics": f"http://127.0.0.1:{self.metrics_port}/metrics"}
+        return {"triton_metrics": f"http://127.0.0.1:{self.metrics_port}/metrics"}  # Triton's own metrics port
+
+    def metricless_endpoints(self) -> dict[str, str]:
+        return {"api": f"{self.endpoint().base_url}/metrics"}  # the serving port, where a vLLM user looks first
 
     def layer_metrics(self) -> tuple[LayerMetric, ...]:
         decoupled = ("for a decoupled model Triton's request duration covers only execute(), which hands the "
