@@ -84,6 +84,14 @@ class LevelStats(Leveled):
     scheduled_rate: float | None = None  # open loop: the rate of the schedule as drawn (poisson: ~rate)
     achieved_rate: float | None = None  # open loop: the rate the client actually sent at
     off_schedule: str | None = None  # open loop: why the client did not keep to the schedule (None: it did)
+    # closed loop: output tok/s over the window's steady part (steady_window), the rate a compare judges
+    steady_tok_s: float | None = None
+    steady_s: float | None = None  # how long that part lasted
+
+    @property
+    def judged_tok_s(self) -> float:
+        """The rate a compare's verdict uses: the steady part's where the window had one, else the window's."""
+        return self.steady_tok_s if self.steady_tok_s is not None else self.throughput_tok_s
 
 
 def level_text(level: float | int, open_loop: bool) -> str:
@@ -168,6 +176,38 @@ def tpot(r: RequestRecord) -> float | None:
     return (r.e2e_ms - r.ttft_ms) / (r.output_tokens - 1)
 
 
+# The steady part of a closed-loop window must last at least this share of its full-load period (first start to
+# last start) to be used; a shorter one (few requests per slot) leaves the window's own rate in its place.
+MIN_STEADY_SHARE = 0.25
+
+
+def steady_window(ok: Sequence[RequestRecord], concurrency: int) -> tuple[int, int] | None:
+    """(open, close) of a closed-loop window's steady part, in ns: it opens once every one of the window's first c
+    requests has its first token (all c slots decoding: the prefill queue of c requests sent at once from idle is
+    behind it) and closes at the last request's start (after it the loop drains). None when too short."""
+    by_start = sorted(ok, key=lambda r: r.t_start_ns)
+    first = by_start[:concurrency]
+    if len(by_start) <= concurrency or any(r.ttft_ms is None for r in first):
+        return None
+    opened = max(r.t_start_ns + int(r.ttft_ms * 1e6) for r in first)
+    closed = by_start[-1].t_start_ns
+    if closed - opened < MIN_STEADY_SHARE * (closed - by_start[0].t_start_ns) or closed <= opened:
+        return None
+    return opened, closed
+
+
+def tokens_between(ok: Sequence[RequestRecord], t0: int, t1: int) -> float:
+    """Output tokens of the content events between t0 and t1 (ns), each request's tokens spread evenly over its
+    events (usage counts them; events may carry several)."""
+    total = 0.0
+    for r in ok:
+        if not r.output_tokens or not r.event_ms:
+            continue
+        at = r.t_start_ns + np.asarray(r.event_ms) * 1e6
+        total += float(((at >= t0) & (at < t1)).sum()) * r.output_tokens / len(r.event_ms)
+    return total
+
+
 def level_stats(records: Sequence[RequestRecord], concurrency: int, slo: SLO, repeat: int = 0,
                 rate: float | None = None) -> LevelStats:
     """rate: an open-loop level's offered rate (concurrency is then 0): latency counts from the schedule."""
@@ -187,6 +227,7 @@ def level_stats(records: Sequence[RequestRecord], concurrency: int, slo: SLO, re
     chunks = sum(len(r.event_ms) for r in ok)
     good = sum(is_good(r, slo) for r in records)
     per_s = (lambda x: x / wall_s) if wall_s > 0 else (lambda x: 0.0)
+    window = steady_window(ok, concurrency) if rate is None else None
     return LevelStats(
         concurrency=concurrency,
         repeat=repeat,
@@ -206,7 +247,9 @@ def level_stats(records: Sequence[RequestRecord], concurrency: int, slo: SLO, re
         e2e_ms=Dist.of([r.e2e_ms for r in ok]),
         tokens_per_chunk=tokens / chunks if chunks else None,
         dispatch_delay_ms=Dist.of([r.dispatch_delay_ms for r in records]),
-        steady=stationarity(records),
+        steady=stationarity(records, window[0] if window else None),
+        steady_tok_s=tokens_between(ok, *window) / ((window[1] - window[0]) / 1e9) if window else None,
+        steady_s=(window[1] - window[0]) / 1e9 if window else None,
         ttft_modes=ttft_modes(records),
         rate=rate,
         scheduled_rate=schedule[0],

@@ -62,18 +62,25 @@ def min_requests() -> int:
     return 2 * MIN_HALF
 
 
-def stationarity(records: Sequence[RequestRecord]) -> Stationarity:
+def stationarity(records: Sequence[RequestRecord], since_ns: int | None = None) -> Stationarity:
+    """since_ns: where the window's steady part opens (stats.steady_window: every slot decoding); the halves are
+    of what follows it, so the ramp-up from idle, which every closed-loop window opens with, is not flagged."""
     ok = sorted((r for r in records if r.ok and r.ttft_ms is not None), key=lambda r: r.t_start_ns)
-    if len(ok) < 2 * MIN_HALF:
-        return Stationarity(steady=None, reasons=[f"{len(ok)} successful requests: too few to split"])
-    t0, t1 = ok[0].t_start_ns, ok[-1].t_start_ns
-    if t1 <= t0:
-        return Stationarity(steady=None, reasons=["all requests started at once: no full-load period to split"])
-    c = ok[0].level
+    every = ok  # every request's tokens count in the time bins, those started before since_ns too
+    c = ok[0].level if ok else 0
     if c > 1 and len(ok) > 2 * c:
         out_wave = (float(np.median([r.ttft_ms for r in ok[:c]])), float(np.median([r.ttft_ms for r in ok[c:]])))
     else:
         out_wave = (None, None)
+    if since_ns is not None and len([r for r in ok if r.t_start_ns >= since_ns]) >= 2 * MIN_HALF:
+        ok = [r for r in ok if r.t_start_ns >= since_ns]
+    else:
+        since_ns = None
+    if len(ok) < 2 * MIN_HALF:
+        return Stationarity(steady=None, reasons=[f"{len(ok)} successful requests: too few to split"])
+    t0, t1 = since_ns or ok[0].t_start_ns, ok[-1].t_start_ns
+    if t1 <= t0:
+        return Stationarity(steady=None, reasons=["all requests started at once: no full-load period to split"])
     # halves by start order: a closed loop starts its requests in waves, so halves by time can be lopsided
     tpots = [(r.e2e_ms - r.ttft_ms) / (r.output_tokens - 1) for r in ok
              if r.e2e_ms is not None and r.output_tokens and r.output_tokens > 1]
@@ -86,7 +93,7 @@ def stationarity(records: Sequence[RequestRecord]) -> Stationarity:
     # tok/s by time bin over the full-load period
     edges = np.linspace(t0, t1, BINS + 1)
     tokens = np.zeros(BINS)
-    for r in ok:
+    for r in every:
         if not r.output_tokens or not r.event_ms:
             continue
         at = r.t_start_ns + np.asarray(r.event_ms) * 1e6
