@@ -68,10 +68,12 @@ def profile_for(args: argparse.Namespace) -> LoadProfile:
     """The profile named on the command line, with `--model`, `--revision` and `--gpus` (MODEL=, REVISION=,
     GPUS=) applied to its engine settings, so run.json records what was served."""
     profile = load_profile(getattr(args, "profile", None) or "quick")
+    if getattr(args, "pairs", None):
+        profile = profile.model_copy(update={"pairs": args.pairs})
     update = {k: v for k, v in (("model", getattr(args, "model", None)), ("revision", getattr(args, "revision", None)),
                                 ("gpus", getattr(args, "gpus", None))) if v is not None}
     if not update:
-        return profile
+        return with_dtype(profile)
     if "model" in update and "revision" not in update:
         update["revision"] = None  # the profile's revision belongs to the profile's model
     if update.get("model") not in (None, "gpu-like"):
@@ -81,7 +83,22 @@ def profile_for(args: argparse.Namespace) -> LoadProfile:
     except ValidationError as e:
         raise LayerbenchError("--model / --revision / --gpus: " + "; ".join(
             err["msg"].removeprefix("Value error, ") for err in e.errors())) from None
-    return profile.model_copy(update={"engine": engine})
+    return with_dtype(profile.model_copy(update={"engine": engine}))
+
+
+def with_dtype(profile: LoadProfile) -> LoadProfile:
+    """`engine.dtype: fastest` measured on this host (harness.calibrate) and recorded in `dtype_measured`; both
+    sides of a compare get the dtype it chose."""
+    engine = profile.engine
+    if engine.dtype != "fastest" or engine.model != "gpu-like":
+        return profile
+    from harness.calibrate import fastest_dtype
+    from stacks.base import ENGINE_VENV
+    from stacks.vllm import engine_python
+
+    choice = fastest_dtype(engine_python(ENGINE_VENV))
+    return profile.model_copy(update={"engine": engine.model_copy(update={
+        "dtype": choice.dtype, "dtype_measured": choice.text()})})
 
 
 def settings_for(args: argparse.Namespace, profile: LoadProfile, log_dir: Path):

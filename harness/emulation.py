@@ -15,13 +15,15 @@ emulated GPU's); shorter, the pacing undershot."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
 from pydantic import BaseModel
 
-from harness.compare import CompareSummary
 from harness.latency_split import counted_off, mean_of
 from harness.profile import EmulatedStep
 from harness.server_metrics import ServerLevelMetrics
-from harness.sweep import LevelSummary
+from harness.sweep import LevelSummary, RunSummary
 
 TOLERANCE = 0.10
 WORKER, ENGINE_CORE = "VLLM::Worker", "VLLM::EngineCore"  # vLLM's process titles, the CPU table's labels end so
@@ -67,7 +69,21 @@ def _cores(cpu: dict[str, float], title: str) -> float | None:
     return sum(got) if got else None
 
 
-def step_checks(s: CompareSummary) -> list[StepCheck]:
+class Compared(Protocol):
+    """What the check reads of a compare (harness.compare.CompareSummary): its step, its sides' runs, and its
+    levels' CPU per process (`<side>_cpu_cores`, where known)."""
+
+    emulated_step: EmulatedStep | None
+    runs: Mapping[str, RunSummary]
+    levels: Sequence
+
+
+def stretched_levels(s: Compared) -> set[int | float]:
+    """Levels whose step this host stretched on either side: they measure the host, not the emulated GPU."""
+    return {c.level for c in step_checks(s) if c.stretched}
+
+
+def step_checks(s: Compared) -> list[StepCheck]:
     """One row per side and level that measured complete windows; [] when the engine's step was not emulated."""
     step = s.emulated_step
     if step is None:

@@ -75,3 +75,33 @@ def deployment_preexec() -> None:
         os.setpriority(os.PRIO_PROCESS, 0, p.deployment_nice)  # raising nice (lower priority) is always allowed
     if p.deployment_cores:
         os.sched_setaffinity(0, p.deployment_cores)
+
+
+def fix_threads(pids: list[int]) -> str:
+    """`server_placement: fixed`: every thread of the deployment's processes that is not bound to a single core
+    (vLLM's CPU worker binds its compute threads, one per core) is pinned to the cores no such thread is bound
+    to, so the API server, the engine core and a layer never preempt the worker on its core. Returns what it did;
+    nothing is changed where every core is bound or nothing is."""
+    import psutil
+
+    threads: list[tuple[int, set[int]]] = []
+    for pid in pids:
+        try:
+            threads += [(t.id, os.sched_getaffinity(t.id)) for t in psutil.Process(pid).threads()]
+        except (psutil.Error, OSError):
+            continue
+    bound = {next(iter(cores)) for _, cores in threads if len(cores) == 1}
+    free = sorted(set(os.sched_getaffinity(0)) | {c for _, cores in threads for c in cores}) if threads else []
+    rest = [c for c in free if c not in bound]
+    if not bound or not rest:
+        return "fixed placement: nothing to fix (no thread is bound to one core, or every core is)"
+    moved = 0
+    for tid, cores in threads:
+        if len(cores) > 1:
+            try:
+                os.sched_setaffinity(tid, rest)
+                moved += 1
+            except OSError:
+                continue
+    return f"fixed placement: {moved} threads pinned to cores {rest}, away from the core(s) {sorted(bound)} " \
+           "the engine's compute threads are bound to"
