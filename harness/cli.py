@@ -111,12 +111,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise LayerbenchError("compare needs --stack (or --resume RUN_ID)")
     profile = plan.profile if plan else profile_for(args)
     stack_cls = get_stack(args.stack)
-    repeats = plan.repeats if plan else args.repeats or max(profile.repeats, 2)  # a noise band needs >= 2 sweeps
+    repeats = plan.repeats if plan else args.repeats or profile.repeats
     run_id = plan.run_id if plan else new_run_id(f"compare-{args.stack}")
     stack = stack_cls(settings_for(args, profile, results / run_id / "logs"))  # validates options
     if args.target != "local" or args.dry_run:
         return run_target("compare", args, stack, profile, run_id, repeats, console)
-    from harness.compare import latest_aa, observer_effect, run_compare
+    from harness.compare import observer_effect, run_compare
     from harness.report import REPORTS_DIR
     from harness.session import place
     from harness.terminal import compare_summary
@@ -140,7 +140,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return outcome.exit_code(writer)
     summary.wall_s = time.monotonic() - t0
     summary.placement, summary.host_cores = placement["sentence"], placement["host_cores"]
-    summary.aa = latest_aa(results, profile.name, exclude=run_id)
     summary.observer_effect = observer_effect(profile.scrape)
     writer.write_json("compare.json", summary.model_dump())
     from harness.compare_extras import write_compare_report
@@ -187,7 +186,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
             mine = [{**s, "label": "stack"} if s.get("label") == label else s for s in scrapes
                     if s.get("label") in ("baseline", label)]
             result = audit_from_scrapes(mine, {"baseline": measured.live["baseline"], "stack": measured.live[label]},
-                                        args.stack, target.metric_aliases(), target.observability_note())
+                                        args.stack, target.metric_aliases(), target.observability_note(),
+                                        target.metricless_endpoints())
             writer.write_json("audit.json" if label == "stack" else f"audit-{label}.json", result.model_dump())
             md += audit_markdown(result, None if len(targets) == 2 else label)
             seen += audit_gist(result, None if len(targets) == 2 else label)
@@ -254,7 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--stack", help="required unless --resume")
     c.add_argument("--profile", help=profile_help)
     c.add_argument("--repeats", type=inputs.positive_int,
-                   help="sweeps per deployment (default: the profile's, at least 2)")
+                   help="measured sweeps per deployment (default: the profile's, usually 1)")
+    c.add_argument("--pairs", type=inputs.positive_int, help="deployment pairs, baseline and stack, in "
+                   "counterbalanced order (PAIRS=; default: the profile's)")
     c.add_argument("--resume", metavar="RUN_ID", help="continue an interrupted or failed compare after its last "
                    "complete level; the other options may be left out (they must match when given)")
     c.add_argument("--allow-version-mismatch", action="store_true")

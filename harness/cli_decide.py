@@ -116,8 +116,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     measured = None
 
+    from harness.compare import latest_aa
+
+    aa = latest_aa(Path(args.results_dir), profile.name)
+    host = aa.components if aa else {}  # one deployment per value: the host's A/A is all the noise it can know
+
     def keep(m) -> None:
-        settle(summary, m.runs, m.failures, profile)
+        settle(summary, m.runs, m.failures, profile, host)
         summary.failures = dict(m.failures)
         writer.write_json("summary.json", summary.model_dump())
 

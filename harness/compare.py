@@ -1,63 +1,35 @@
-"""A layer against its version-matched bare vLLM: baseline first, then the stack, one at a time (one
-accelerator is assumed: the first is torn down and verified freed before the second starts), the same
-profile with fresh unique prefixes, N repeats each. Per level: throughput delta with its 95% interval
-(harness/noise.py), TTFT p95, goodput, whether each side was steady, and where the CPU went, process by
-process. `compare --stack vllm` is the A/A run: bare vLLM against a second bare vLLM deployment, the
-method's noise floor on this host; every compare report quotes the latest one for its profile."""
+"""A layer against its version-matched bare vLLM, K deployment pairs of them in counterbalanced order
+(harness.pairs: AB, BA, BA, AB, ...; one at a time, as on a host with one accelerator: each deployment is torn
+down and verified freed before the next starts), the same profile with fresh unique prefixes. Per level: the
+verdicts of throughput, goodput and TTFT p95 with their intervals (harness.deltas, harness.verdict), each side's
+means, whether it was steady, and where the CPU went, process by process. `compare --stack vllm` is the A/A run:
+bare vLLM against bare vLLM, this host's noise for the profile; every later compare of the profile pools its
+variance in and is floored at it."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import numpy as np
 from pydantic import BaseModel
 from rich.console import Console
 
 from harness.audit import AuditResult, audit_from_scrapes
+from harness.deltas import LevelDelta, client_bound, judged_levels, level_deltas
+from harness.emulation import stretched_levels
 from harness.errors import LayerbenchError
-from harness.noise import DeltaInterval, delta_interval
+from harness.judging import Instability, instability
+from harness.pairs import measure_pairs, pair_order
 from harness.profile import SLO, EmulatedStep, LoadProfile
 from harness.results import RunWriter, read_jsonl
 from harness.resume import ResumePlan, ResumeRefused
-from harness.session import Sides, baseline_then_stack, sides
-from harness.stats import Leveled
-from harness.steady import likely_cause
-from harness.sweep import LevelSummary, RunSummary
+from harness.session import Sides
+from harness.sweep import RunSummary
+from harness.verdict import MARGIN, Components
 from stacks.base import AppliedConfig, PublishedResult, ServedModel, Stack
 from stacks.engine_model import study_comparable
 
-
-class LevelDelta(Leveled):
-    baseline_tok_s: float | None
-    stack_tok_s: float | None
-    delta_pct: float | None
-    ci: DeltaInterval | None  # 95% interval of the delta; None: not enough values
-    noise_pct: float | None  # the interval's half-width, for the plot's band
-    verdict: str  # "overhead" | "gain" | "within noise" | "no interval" | "missing"
-    invocations: list[int] = []  # which invocations measured this level (0: the first, n: the n-th resume)
-    incomplete: list[str] = []  # repeats stopped before their end, with why
-    baseline_not_steady: list[str] = []  # one line per unsteady repeat, with its reasons
-    stack_not_steady: list[str] = []
-    baseline_modes: list[str] = []  # bimodal TTFT, per repeat where found
-    stack_modes: list[str] = []
-    baseline_ttft_p95_ms: float | None
-    stack_ttft_p95_ms: float | None
-    baseline_goodput: float | None
-    stack_goodput: float | None
-    baseline_good_rps: float | None
-    stack_good_rps: float | None
-    baseline_cpu_cores: dict[str, float]  # process label -> cores during the level
-    stack_cpu_cores: dict[str, float]
-    baseline_client_cores: float | None
-    stack_client_cores: float | None
-    baseline_e2e_p95_ms: float | None = None
-    stack_e2e_p95_ms: float | None = None
-    scheduled_rate: float | None = None  # open loop: the schedule's rate as drawn (both sides share a schedule)
-    baseline_achieved_rate: float | None = None  # open loop: the rate the client actually sent at, req/s
-    stack_achieved_rate: float | None = None
-    baseline_gpu: dict[str, float | None] = {}  # gpu_means(): utilisation, memory, power, clocks over the repeats
-    stack_gpu: dict[str, float | None] = {}
+__all__ = ["AAReference", "CompareSummary", "LevelDelta", "level_deltas", "latest_aa", "run_compare", "settle"]
 
 
 class AAReference(BaseModel):
@@ -66,6 +38,8 @@ class AAReference(BaseModel):
     run_id: str
     # level (c, or req/s in an open loop) -> (delta %, interval half-width %, verdict)
     levels: dict[int | float, tuple[float | None, float | None, str]]
+    components: dict[str, Components] = {}  # per endpoint: its variance components (pooled in, and a floor)
+    pairs: int = 0
 
 
 class CompareSummary(BaseModel):
@@ -76,7 +50,13 @@ class CompareSummary(BaseModel):
     shape: str | None = None  # which form of the stack, where it has several (KServe: "raw mode")
     published: PublishedResult | None = None  # what a study measured for this shape (the report compares)
     profile: str
-    repeats: int
+    repeats: int  # measured sweeps per deployment
+    pairs: int = 1  # deployment pairs
+    order: list[int] = []  # per pair: +1 the baseline was deployed first, -1 the stack
+    margin: float = MARGIN  # the equivalence margin (profile's equivalence_margin)
+    components: dict[str, Components] = {}  # this compare's own variance components per endpoint
+    instability: Instability | None = None
+    left_out: dict[int | float, str] = {}  # levels of the profile not measured, and why (gpu-like calibration)
     versions: dict[str, str]
     version_match: bool
     applied: dict[str, AppliedConfig]
@@ -96,6 +76,7 @@ class CompareSummary(BaseModel):
     host_cores: int = 0
     invocations: int = 1  # how many `compare` / `compare --resume` invocations measured it
     slo: SLO | None = None  # the profile's, which goodput and the report's capacity are judged by
+    metricless: dict[str, str] = {}  # the stack's Stack.metricless_endpoints(): listed by the audit, not scraped
     renames: tuple[str, ...] | None = None  # the stack's Stack.metric_aliases(), for reading its scrapes again
     emulated_step: EmulatedStep | None = None  # the GPU-like engine's configured step (engine.model: gpu-like)
     model: ServedModel | None = None  # what both sides served: id, resolved revision, config digest
@@ -141,7 +122,8 @@ def latest_aa(results: Path, profile: str, exclude: str | None = None) -> AARefe
             continue  # written by another version of layerbench
         if s.status == "complete" and s.profile == profile and s.stack == "vllm":
             return AAReference(run_id=s.run_id, levels={lv.level: (
-                lv.delta_pct, lv.ci.half_width_pct if lv.ci else None, lv.verdict) for lv in s.levels})
+                lv.delta_pct, lv.ci.half_width_pct if lv.ci else None, lv.verdict) for lv in s.levels},
+                components=s.components, pairs=s.pairs)
     return None
 
 
@@ -156,117 +138,13 @@ def observer_effect(policy: str, path: Path = HARNESS_BENCH) -> str | None:
         return None
 
 
-def _side_interval(b: list[LevelSummary], s: list[LevelSummary]) -> DeltaInterval | None:
-    """From repeats when both sides have >= 2, else from the time blocks of single windows."""
-    b_tok = [lv.stats.throughput_tok_s for lv in b]
-    s_tok = [lv.stats.throughput_tok_s for lv in s]
-    if len(b_tok) >= 2 and len(s_tok) >= 2:
-        return delta_interval(b_tok, s_tok)
-    b_blk = [x for lv in b for x in lv.stats.steady.blocks_tok_s]
-    s_blk = [x for lv in s for x in lv.stats.steady.blocks_tok_s]
-    ci = delta_interval(b_blk, s_blk, source="blocks (1 repeat)")
-    if ci is None:
-        return None
-    # the blocks' ratio is of full-load rates; centre the interval on the measured windows' ratio
-    point = 100.0 * (float(np.mean(s_tok)) / float(np.mean(b_tok)) - 1.0)
-    shift = point - ci.delta_pct
-    return ci.model_copy(update={"delta_pct": point, "lo_pct": ci.lo_pct + shift, "hi_pct": ci.hi_pct + shift})
-
-
-def _cores(levels: list[LevelSummary]) -> tuple[dict[str, float], float | None]:
-    """Mean cores per process label over the repeats of one level (CPU seconds / window)."""
-    acc: dict[str, list[float]] = {}
-    for lv in levels:
-        for label, cpu_s in lv.process_cpu_s.items():
-            acc.setdefault(label, []).append(cpu_s / lv.window_s if lv.window_s else 0.0)
-    client = [lv.client.cpu_pct / 100 for lv in levels]
-    return {k: float(np.mean(v)) for k, v in sorted(acc.items())}, (float(np.mean(client)) if client else None)
-
-
-GPU_KEYS = ("util_pct_mean", "memory_used_mib_max", "power_w_mean", "sm_clock_mhz_mean", "tensor_active_mean")
-
-
-def gpu_means(levels: list[LevelSummary]) -> dict[str, float | None]:
-    """One level's GPU telemetry on one side: the mean over its repeats of the mean (the max for memory) over its
-    GPUs; {} where none was read."""
-    out: dict[str, float | None] = {}
-    for key in GPU_KEYS:
-        per_repeat = []
-        for lv in levels:
-            vals = [getattr(g, key) for g in lv.gpu if getattr(g, key) is not None]
-            if vals:
-                per_repeat.append(max(vals) if key == "memory_used_mib_max" else float(np.mean(vals)))
-        if per_repeat:
-            out[key] = float(np.mean(per_repeat))
-    return out
-
-
-def level_deltas(base: RunSummary | None, stack: RunSummary | None, levels: list[int] | list[float],
-                 open_loop: bool | None = None) -> list[LevelDelta]:
-    """One delta per level: `levels` are concurrencies, or offered rates when the runs are open-loop (default:
-    whichever the runs measured)."""
-    if open_loop is None:
-        open_loop = bool((base and base.open_loop) or (stack and stack.open_loop))
-    out = []
-    for c in levels:
-        b_all = [lv for lv in (base.levels if base else []) if lv.stats.level == c]
-        s_all = [lv for lv in (stack.levels if stack else []) if lv.stats.level == c]
-        # a level stopped mid-way (its deployment died) is listed, but its figures are not a measurement
-        b = [lv for lv in b_all if lv.incomplete is None]
-        s = [lv for lv in s_all if lv.incomplete is None]
-        b_tok = [lv.stats.throughput_tok_s for lv in b]
-        s_tok = [lv.stats.throughput_tok_s for lv in s]
-        bt = float(np.mean(b_tok)) if b_tok else None
-        st = float(np.mean(s_tok)) if s_tok else None
-        delta = 100.0 * (st - bt) / bt if bt and st is not None else None
-        ci = _side_interval(b, s) if delta is not None else None
-        verdict = "missing" if delta is None else ci.verdict if ci else "no interval"
-
-        def mean(levels: list[LevelSummary], f) -> float | None:
-            vals = [f(lv) for lv in levels if f(lv) is not None]
-            return float(np.mean(vals)) if vals else None
-
-        b_cores, b_client = _cores(b)
-        s_cores, s_client = _cores(s)
-        out.append(LevelDelta(
-            concurrency=0 if open_loop else int(c), rate=float(c) if open_loop else None,
-            baseline_tok_s=bt, stack_tok_s=st, delta_pct=delta, ci=ci,
-            noise_pct=ci.half_width_pct if ci else None, verdict=verdict,
-            baseline_not_steady=_unsteady(b), stack_not_steady=_unsteady(s),
-            baseline_modes=[f"r{lv.stats.repeat + 1}: {lv.stats.ttft_modes.text()}" for lv in b if lv.stats.ttft_modes],
-            stack_modes=[f"r{lv.stats.repeat + 1}: {lv.stats.ttft_modes.text()}" for lv in s if lv.stats.ttft_modes],
-            baseline_ttft_p95_ms=mean(b, lambda lv: lv.stats.ttft_ms.p95),
-            stack_ttft_p95_ms=mean(s, lambda lv: lv.stats.ttft_ms.p95),
-            baseline_goodput=mean(b, lambda lv: lv.stats.goodput), stack_goodput=mean(s, lambda lv: lv.stats.goodput),
-            baseline_good_rps=mean(b, lambda lv: lv.stats.good_rps),
-            stack_good_rps=mean(s, lambda lv: lv.stats.good_rps),
-            baseline_cpu_cores=b_cores, stack_cpu_cores=s_cores,
-            baseline_client_cores=b_client, stack_client_cores=s_client,
-            baseline_e2e_p95_ms=mean(b, lambda lv: lv.stats.e2e_ms.p95),
-            stack_e2e_p95_ms=mean(s, lambda lv: lv.stats.e2e_ms.p95),
-            scheduled_rate=mean(b + s, lambda lv: lv.stats.scheduled_rate),
-            baseline_achieved_rate=mean(b, lambda lv: lv.stats.achieved_rate),
-            stack_achieved_rate=mean(s, lambda lv: lv.stats.achieved_rate),
-            invocations=sorted({lv.invocation for lv in b + s}),
-            baseline_gpu=gpu_means(b), stack_gpu=gpu_means(s),
-            incomplete=[f"{side} r{lv.stats.repeat + 1}: {lv.incomplete} ({lv.stats.sent} sent)"
-                        for side, levels in (("baseline", b_all), ("stack", s_all)) for lv in levels
-                        if lv.incomplete],
-        ))
-    return out
-
-
-def _unsteady(levels: list[LevelSummary]) -> list[str]:
-    return [f"r{lv.stats.repeat + 1}: " + "; ".join(lv.stats.steady.reasons) + " — likely cause: "
-            + likely_cause(lv.stats.steady, lv.stats.ttft_modes, lv.client.starved) for lv in levels
-            if lv.stats.steady.steady is False]
-
-
 def settings_diff(a: AppliedConfig, b: AppliedConfig) -> list[str]:
     """Engine settings both deployments must have applied identically (from /v1/models and the engine log)."""
     diffs = []
     for field in ("max_model_len", "kv_cache_tokens", "max_concurrency", "tensor_parallel_size"):
         va, vb = getattr(a, field), getattr(b, field)
+        if field == "tensor_parallel_size" and va is None and vb is None:
+            continue  # neither engine prints vLLM's config line (the reference engine): nothing to hold against
         if va is None or vb is None:
             diffs.append(f"{field}: not found ({'baseline' if va is None else 'stack'})")
         elif va != vb:
@@ -308,11 +186,12 @@ def check_versions(baseline: Stack, stack: Stack, allow_mismatch: bool) -> dict[
 
 def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: Console, repeats: int,
                 allow_mismatch: bool, plan: ResumePlan | None = None) -> CompareSummary:
-    """The baseline, then the stack (harness.session.baseline_then_stack), and the deltas between them.
-    plan: a resumed compare; a side it measured completely is not deployed again, the other continues after
-    its last complete level."""
-    targets = sides(stack)
-    baseline = targets[0][1]
+    """profile.pairs deployment pairs in counterbalanced order (harness.pairs), and the verdicts between them.
+    plan: a resumed compare; a deployment it measured completely is not made again, the one it stopped in
+    continues after its last complete level."""
+    baseline = stack.baseline()
+    if baseline is None:
+        raise LayerbenchError(f"stack {stack.kind} names no baseline")
     versions = check_versions(baseline, stack, allow_mismatch)
     for label, run in (plan.prior.items() if plan else ()):  # before anything is deployed again
         if versions[label] != run.engine_version:
@@ -320,14 +199,15 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
                                 f"invocation measured {run.engine_version}")
     summary = CompareSummary(
         run_id=writer.run_id, stack=stack.kind, baseline_stack=baseline.kind, in_request_path=stack.in_request_path,
-        renames=stack.metric_aliases(),
+        renames=stack.metric_aliases(), metricless=stack.metricless_endpoints(),
         shape=stack.shape(), published=stack.published() if study_comparable(profile.name, stack.settings.model)
         else None, model=stack.settings.model, devices=list(stack.settings.devices), gpu_host=_gpu_host(),
-        profile=profile.name, repeats=repeats, versions=versions,
+        profile=profile.name, repeats=repeats, pairs=profile.pairs, order=pair_order(profile.pairs),
+        margin=profile.equivalence_margin, versions=versions,
         version_match=versions["baseline"] == versions["stack"],
         applied={}, settings_match=False, settings_mismatches=[], options=dict(stack.settings.options),
         scrape_policy=profile.scrape, slo=profile.slo, invocations=(plan.invocation if plan else 0) + 1,
-        emulated_step=profile.engine.step,
+        emulated_step=profile.engine.step, aa=latest_aa(writer.dir.parent, profile.name, exclude=writer.run_id),
     )
 
     def keep(measured: Sides) -> None:
@@ -339,7 +219,7 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
         summary.status = "failed" if "baseline" in measured.failures else summary.status
         writer.write_json("compare.json", summary.model_dump())
 
-    measured = baseline_then_stack(targets, profile, writer, console, repeats, plan, after_side=keep)
+    measured = measure_pairs(stack, profile.pairs, profile, writer, console, repeats, plan, after_side=keep)
     keep(measured)
     settle(summary, profile, read_jsonl(writer.dir / "scrapes.jsonl"), measured.live, stack.observability_note(),
            allow_mismatch)
@@ -358,8 +238,17 @@ def settle(summary: CompareSummary, profile: LoadProfile, scrapes: list[dict], l
         summary.settings_mismatches = settings_diff(summary.applied["baseline"], summary.applied["stack"]) \
             + model_diff(summary.model, summary.applied)
         summary.settings_match = not summary.settings_mismatches
-    summary.levels = level_deltas(summary.runs.get("baseline"), summary.runs.get("stack"), profile.levels(),
-                                  profile.open_loop)
-    summary.audit = audit_from_scrapes(scrapes, live, summary.stack, summary.renames or (), note)
+    base, stack = summary.runs.get("baseline"), summary.runs.get("stack")
+    calibration = base.calibration if base else None
+    summary.left_out = dict(calibration.left_out) if calibration else {}
+    levels = [c for c in profile.levels() if c not in summary.left_out]
+    no_verdict = {**client_bound(base, stack), **{c: ("host-bound", "no verdict: this host stretched the emulated "
+                  "step here (the emulation table), so the level measures the host, not the emulated GPU")
+                  for c in stretched_levels(summary)}}
+    summary.levels, summary.components = judged_levels(
+        base, stack, levels, profile.open_loop, order=summary.order or pair_order(summary.pairs),
+        host=summary.aa.components if summary.aa else {}, margin=summary.margin, no_verdict=no_verdict)
+    summary.instability = instability(base, stack, [lv.level for lv in summary.levels if lv.judged])
+    summary.audit = audit_from_scrapes(scrapes, live, summary.stack, summary.renames or (), note, summary.metricless)
     summary.status = "failed" if summary.failures else "complete"
     return summary

@@ -42,6 +42,8 @@ def build_plan(command: str, stack: Stack, profile: LoadProfile, run_id: str, re
         build: dict[str, Any] = for_host().to_json()
     except LayerbenchError as e:
         raise LayerbenchError(f"no vLLM build runs on this host: {e}") from None
+    from harness.pairs import pair_order
+
     installed = installed_engine()
     if installed and installed.split()[0] != build["package"]:
         build["installed_mismatch"] = (f"the engine environment holds {installed}, this host needs "
@@ -51,6 +53,8 @@ def build_plan(command: str, stack: Stack, profile: LoadProfile, run_id: str, re
     plan = {
         "run_id": run_id, "command": command, "stack": stack.kind, "target": "local", "profile": profile.name,
         "repeats": repeats, "levels": profile.levels(),
+        **({"pairs": profile.pairs, "deployments": 2 * profile.pairs, "order": " ".join(
+            "AB" if first > 0 else "BA" for first in pair_order(profile.pairs))} if command == "compare" else {}),
         "host": host.to_json() if host else {"count": 0, "why": no_gpu_reason()},
         "model": _model(model),
         "engine_build": {**build, "installed": installed, "pinned_version": VLLM_VERSION},

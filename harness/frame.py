@@ -27,10 +27,11 @@ DIST_STATS = ("mean", "p50", "p90", "p95", "p99", "max")
 
 # Which run and which window a row is; the figures follow (the dynamic families: errors_*, cpu_*, layer_*).
 ID_COLUMNS = ["run_id", "compared_stack", "shape", "side", "stack", "profile", "engine_version", "status",
-              "compare_status", "side_status", "open_loop", "level", "concurrency", "rate", "repeat", "invocation",
-              "incomplete"]
+              "compare_status", "side_status", "open_loop", "level", "concurrency", "rate", "repeat", "pair",
+              "invocation", "incomplete"]
 COUNT_COLUMNS = ["sent", "succeeded", "failed"]
-FIGURE_COLUMNS = ["wall_s", "window_s", "output_tokens", "throughput_tok_s", "request_rate", "goodput", "good_rps",
+FIGURE_COLUMNS = ["wall_s", "window_s", "output_tokens", "throughput_tok_s", "steady_tok_s", "request_rate",
+                  "goodput", "good_rps",
                   *[f"{d}_{s}_ms" for d in DISTS for s in DIST_STATS], "tokens_per_chunk", "steady",
                   "ttft_slow_share", "scheduled_rate", "achieved_rate", "off_schedule"]
 # Every scalar of ServerLevelMetrics, whatever figures it gains: scrapes and gaps are named for the server side.
@@ -39,7 +40,8 @@ SERVER_FIELDS = [f for f in ServerLevelMetrics.model_fields if f not in ("gap_re
 SERVER_COLUMNS = [_SERVER_RENAMES.get(f, f) for f in SERVER_FIELDS]
 CLIENT_COLUMNS = ["cpu_deployment", "client_cpu_cores", "client_loop_lag_p95_ms", "client_saturated",
                   "client_starved"]
-DELTA_COLUMNS = ["delta_pct", "ci_lo_pct", "ci_hi_pct", "ci_source", "verdict"]
+DELTA_COLUMNS = ["delta_pct", "ci_lo_pct", "ci_hi_pct", "ci_source", "verdict", "verdict_why",
+                 "goodput_verdict", "ttft_p95_verdict"]
 
 
 def column_name(label: str) -> str:
@@ -56,22 +58,24 @@ def _delta(ld: LevelDelta | None) -> dict[str, Any]:
         return dict.fromkeys(DELTA_COLUMNS)
     ci = ld.ci
     return {"delta_pct": ld.delta_pct, "ci_lo_pct": ci.lo_pct if ci else None, "ci_hi_pct": ci.hi_pct if ci else None,
-            "ci_source": ci.source if ci else None, "verdict": ld.verdict}
+            "ci_source": ci.source if ci else None, "verdict": ld.verdict, "verdict_why": ld.why,
+            "goodput_verdict": getattr(ld.endpoints.get("goodput"), "verdict", None),
+            "ttft_p95_verdict": getattr(ld.endpoints.get("ttft_p95"), "verdict", None)}
 
 
 def level_row(lv: LevelSummary) -> dict[str, Any]:
     """The figures of one measured window, flat (no identity columns)."""
     st, sv, cl = lv.stats, lv.server, lv.client
     row: dict[str, Any] = {"open_loop": st.rate is not None, "level": st.level, "concurrency": st.concurrency,
-                           "rate": st.rate, "repeat": st.repeat, "invocation": lv.invocation,
+                           "rate": st.rate, "repeat": st.repeat, "pair": lv.pair, "invocation": lv.invocation,
                            "incomplete": lv.incomplete,
                            # LevelSummary.sent counts requests started (also unrecorded ones of older versions)
                            "sent": lv.sent if lv.sent is not None else st.sent, "succeeded": st.succeeded,
                            "failed": st.failed}
     row |= {f"errors_{column_name(k)}": v for k, v in sorted(st.errors.items())}
     row |= {"wall_s": st.wall_s, "window_s": lv.window_s, "output_tokens": st.output_tokens,
-            "throughput_tok_s": st.throughput_tok_s, "request_rate": st.request_rate, "goodput": st.goodput,
-            "good_rps": st.good_rps}
+            "throughput_tok_s": st.throughput_tok_s, "steady_tok_s": st.steady_tok_s,
+            "request_rate": st.request_rate, "goodput": st.goodput, "good_rps": st.good_rps}
     for d in DISTS:
         row |= _dist(d, getattr(st, f"{d}_ms"))
     row |= {"tokens_per_chunk": st.tokens_per_chunk, "steady": st.steady.steady,

@@ -64,7 +64,7 @@ def goodput_pct(share: float | None) -> float | None:
 
 METRICS: dict[str, tuple[str, Callable[[LevelStats], float | None]]] = {
     # metric -> (LevelDelta field after "<side>_", the same from one repeat's stats)
-    "tok_s": ("tok_s", lambda st: st.throughput_tok_s),
+    "tok_s": ("tok_s", lambda st: st.judged_tok_s),
     "ttft_p95_ms": ("ttft_p95_ms", lambda st: st.ttft_ms.p95),
     "goodput": ("goodput", lambda st: st.goodput),
     "e2e_p95_ms": ("e2e_p95_ms", lambda st: st.e2e_ms.p95),

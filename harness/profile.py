@@ -71,7 +71,9 @@ class EngineSettings(BaseModel):
                                    "for both sides (default: the first tensor_parallel_size visible ones)")
     max_model_len: int = Field(2048, gt=0)
     max_num_seqs: int = Field(64, gt=0)
-    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "bfloat16"
+    dtype: Literal["auto", "bfloat16", "float16", "float32", "fastest"] = Field(
+        "bfloat16", description="fastest: gpu-like only, whichever of bfloat16 and float32 this host's CPU computes "
+        "fastest, measured before deploying (a CPU without AVX-512 runs bfloat16 several times slower)")
     enforce_eager: bool = False
     kv_cache_gib: float = Field(1.0, gt=0, description="VLLM_CPU_KVCACHE_SPACE on CPU hosts")
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
@@ -79,6 +81,7 @@ class EngineSettings(BaseModel):
     kv_cache_dtype: str = Field("auto", min_length=1, description="vLLM's --kv-cache-dtype (auto: the model's "
                                 "dtype; fp8 halves the KV bytes per token where the engine supports it)")
     extra_args: list[str] = Field(default_factory=list)
+    dtype_measured: str | None = Field(None, description="set by layerbench: how `dtype: fastest` was chosen")
 
     @field_validator("model")
     @classmethod
@@ -100,6 +103,8 @@ class EngineSettings(BaseModel):
                              "prefill_ms_per_token): the step time it emulates")
         if self.model != "gpu-like" and self.step is not None:
             raise ValueError("engine.step applies to engine.model: gpu-like only")
+        if self.dtype == "fastest" and self.model != "gpu-like":
+            raise ValueError("engine.dtype fastest applies to engine.model: gpu-like only")
         if self.revision is not None and model_kind(self.model) != "hub":
             raise ValueError(f"engine.revision applies to a Hugging Face repo id, not engine.model {self.model!r}")
         return self
@@ -134,7 +139,17 @@ class LoadProfile(BaseModel):
                              "the deployment keeps the priority layerbench was started with")
     client_cpus: int = Field(1, ge=0, description="cores reserved for the load client and scraper, the deployment "
                              "gets the rest; applied only on hosts with at least client_cpus + 2 cores")
-    repeats: int = Field(1, ge=1)
+    pairs: int = Field(2, ge=1, le=64, description="compare: deployment pairs (a baseline and a stack each), run in "
+                       "counterbalanced order (AB, BA, BA, AB, ...); the deployment is the unit of replication, "
+                       "since on a shared host a whole deployment runs faster or slower than the next")
+    repeats: int = Field(1, ge=1, description="measured sweeps per deployment")
+    server_placement: Literal["os", "fixed"] = Field(
+        "os", description="os: the deployment's threads run where the OS puts them; fixed: once it is ready, every "
+        "thread not bound to one core (vLLM's CPU worker binds its own) is pinned to the cores left free, so the "
+        "API server and a layer never share the worker's core")
+    equivalence_margin: float = Field(0.05, gt=0, lt=1, description="compare: a level is `equivalent` when its "
+                                      "90% interval lies inside ±this share (throughput and TTFT p95) or "
+                                      "±this many points of goodput")
     slo: SLO = Field(default_factory=SLO)
     engine: EngineSettings = Field(default_factory=EngineSettings)
     rates: list[float] | None = Field(

@@ -18,8 +18,10 @@ from harness.output import markdown_table
 Table = tuple[str, str, list[str], list[list[str]]]  # (title, caption, header, rows)
 
 # a cell that is (or starts with) one of these is coloured: the reader's eye goes to the verdicts first
-VERDICTS = {"overhead": "bad", "gain": "good", "within noise": "neutral", "no interval": "neutral",
-            "missing": "neutral", "**no**": "bad", "yes": "good"}
+VERDICTS = {"overhead": "bad", "gain": "good", "equivalent": "neutral", "inconclusive": "neutral",
+            "host-bound": "neutral", "client-bound": "neutral", "within noise": "neutral", "no interval": "neutral",
+            "missing": "neutral", "**no**": "bad", "yes": "good", "**overhead**": "bad", "**gain**": "good",
+            "**equivalent**": "neutral", "**inconclusive**": "neutral"}
 
 _STYLE = (
     "body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:1.5em auto;max-width:1180px;"

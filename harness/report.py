@@ -12,6 +12,7 @@ from pathlib import Path
 from harness.audit import AuditResult
 from harness.compare import CompareSummary
 from harness.emulation_report import step_line, step_table, step_warnings
+from harness.headline import by_level, headline_level, verdict_sentence
 from harness.latency_split import hidden, lagging, split
 from harness.output import fmt, health_warnings, major_processes, markdown_table, scrape_policy_text, share_pct
 from harness.plots import plots, side_names
@@ -58,27 +59,25 @@ def _published(s: CompareSummary) -> list[str]:
     lv = next((lv for lv in s.levels if lv.concurrency == p.concurrency and lv.delta_pct is not None), None)
     if lv is None:
         return [said + f"this run has no c={p.concurrency} level to hold it to"]
-    agrees = "agrees" if lv.verdict == p.verdict else "does not agree"
+    same = lv.verdict == p.verdict or (p.verdict == "within noise" and lv.verdict in ("equivalent", "inconclusive"))
+    agrees = "agrees" if same else "does not agree"
     return [said + f"this run: {lv.delta_pct:+.1f}% ({lv.verdict}), which {agrees}"]
 
 
 def decision(s: CompareSummary) -> list[str]:
     """The headline an adopter reads first: the delta at the highest level with its interval, goodput and TTFT,
     each side's capacity at the SLO, and what the layer added outside the engine."""
-    top = s.top
+    top = headline_level(s)
     b, st = side_names(s)
     lines = [*model_line(s), *target_line(s), *step_line(s)]
     if top is not None:
-        ci = f"95% interval {top.ci.text()}: " if top.ci else ""
-        lines.append(f"**{s.stack}{f' ({s.shape})' if s.shape else ''}: {top.delta_pct:+.1f}% output tok/s at "
-                     f"{top.level_text} against bare vLLM {s.versions.get('baseline', '?')} ({ci}{top.verdict})**; "
-                     f"goodput {share_pct(top.stack_goodput)} vs {share_pct(top.baseline_goodput)}; TTFT p95 "
-                     f"{fmt(top.stack_ttft_p95_ms, '{:.0f}')} vs {fmt(top.baseline_ttft_p95_ms, '{:.0f}')} ms")
-        counts = {v: sum(lv.verdict == v for lv in s.levels) for v in ("overhead", "gain", "within noise")}
-        if any(counts.values()):
-            lines.append(f"over the {len(s.levels)} levels: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-                         + ("" if sum(counts.values()) == len(s.levels) else
-                            f", {len(s.levels) - sum(counts.values())} without a verdict"))
+        lines.append(f"**{s.stack}{f' ({s.shape})' if s.shape else ''} at {top.level_text} against bare vLLM "
+                     f"{s.versions.get('baseline', '?')}: {verdict_sentence(s, top)}** ({b} → {st}: "
+                     f"{fmt(top.baseline_tok_s, '{:,.0f}')} → {fmt(top.stack_tok_s, '{:,.0f}')} output tok/s, "
+                     f"goodput {share_pct(top.baseline_goodput)} → {share_pct(top.stack_goodput)}, TTFT p95 "
+                     f"{fmt(top.baseline_ttft_p95_ms, '{:,.0f}')} → {fmt(top.stack_ttft_p95_ms, '{:,.0f}')} ms)")
+        if (levels := by_level(s)) is not None:
+            lines.append(levels)
     else:
         lines.append(f"**{s.stack}: no level measured on both sides** (status {s.status})")
     caps = capacities(s)
@@ -163,6 +162,12 @@ def warnings(s: CompareSummary) -> list[str]:
         lines.append(f"**{label} failed**: {why.splitlines()[0]} (what was measured before is kept)")
     lines += [f"**level stopped early** at {lv.level_text}: {x} (left out of the figures)"
               for lv in s.levels for x in lv.incomplete]
+    if s.instability is not None and s.instability.unstable:
+        lines.append(f"**{s.stack} is unstable**: {s.instability.text()}: its mean at a level says less than the "
+                     "baseline's")
+    if s.left_out:
+        lines.append("**levels left out** (this host could not emulate them): " + "; ".join(
+            f"{level_text(c, s.open_loop)}: {why}" for c, why in sorted(s.left_out.items())))
     for label, run in s.runs.items():
         if run.scrape_gaps:
             lines.append(f"metric scrape gaps ({label}): {run.scrape_gaps} of {run.scrapes} scrapes failed"

@@ -8,6 +8,7 @@ from __future__ import annotations
 from harness.audit import AuditResult
 from harness.capacity import MAX_ERROR_SHARE, SLA, CapacityResult, of_levels
 from harness.compare import CompareSummary
+from harness.headline import verdict_table
 from harness.latency_split import COUNT_TOLERANCE, LevelSplit, hidden, mean_of, split
 from harness.output import MINOR_CORES, fmt, major_processes, share_pct
 from harness.plots import side_names
@@ -45,19 +46,22 @@ def decision_tables(s: CompareSummary) -> list[Table]:
     lh = _level_head(s)
     out = capacity_table(s)
     aa = s.aa.levels if s.aa else {}
-    out.append(("Throughput (output tok/s)", f"Mean of {s.repeats} repeat(s). The delta's 95% interval comes from "
-                "the repeats (Welch's t on the log ratio); a delta is an overhead or a gain only when its interval "
-                "excludes 0." + (" Open loop: both deployments were offered the same requests per second, so their "
-                                 "output tok/s differ only where one fell behind its arrivals (or by the tail of a "
-                                 "short window); read the latency table." if s.open_loop else "")
+    out.append(verdict_table(s))
+    out.append(("Throughput (output tok/s)", f"Mean over {s.pairs} deployment pair(s) of each window's output tok/s "
+                "while every slot was decoding (from the moment the window's first c requests all had their first "
+                "token to its last request's start: the ramp-up from idle and the drain are left out of the rate; "
+                "every request is still recorded). The delta is the pairs' order-balanced estimate; its interval and "
+                "verdict are the Verdicts table's." + (" Open loop: both deployments were offered the same requests "
+                                                      "per second, so their output tok/s differ only where one fell "
+                                                      "behind its arrivals (or by the tail of a short window); read "
+                                                      "the latency table." if s.open_loop else "")
                 + (f" A/A: the latest bare-vLLM-vs-bare-vLLM compare of this profile ({s.aa.run_id}), "
                    "this host's noise floor." if s.aa else " No A/A compare of this profile yet "
                    "(`make compare STACK=vllm`)."),
                 [lh, f"{b}", f"{st}", "delta", "95% interval", "verdict", "A/A delta (± half-width)"]
                 + (["measured in"] if s.invocations > 1 else []),
                 [[_level(lv), fmt(lv.baseline_tok_s), fmt(lv.stack_tok_s), fmt(lv.delta_pct, "{:+.1f}%"),
-                  lv.ci.text() + ("" if lv.ci.source == "repeats" else f" ({lv.ci.source})") if lv.ci else "—",
-                  lv.verdict, _aa_cell(aa.get(lv.level))]
+                  lv.ci.text() if lv.ci else "—", lv.verdict, _aa_cell(aa.get(lv.level))]
                  + ([", ".join(_invocation(i) for i in lv.invocations) or "—"] if s.invocations > 1 else [])
                  for lv in s.levels]))
     if s.open_loop:

@@ -36,6 +36,19 @@ class ResumePlan(BaseModel):
     history: list[dict]  # run.json's `invocations`, this one included (when, layerbench's git revision, why)
     allow_version_mismatch: bool = False  # as the first invocation was told
 
+    def deployment_done(self, label: str, pair: int, repeats: int) -> bool:
+        """Every level of this side's deployment in `pair` was measured completely (its windows are numbered
+        pair * repeats onwards)."""
+        run = self.prior.get(label)
+        want = {(r, x) for r in range(pair * repeats, (pair + 1) * repeats) for x in self.levels(label)}
+        return run is not None and want <= {(lv.stats.repeat, lv.stats.level) for lv in run.levels
+                                            if lv.incomplete is None}
+
+    def levels(self, label: str) -> list:
+        """The levels a side measures: the profile's, or those the first deployment's calibration kept."""
+        cal = self.prior["baseline"].calibration if "baseline" in self.prior else None
+        return list(cal.kept) if cal is not None else self.profile.levels()
+
     def side_done(self, label: str) -> bool:
         run = self.prior.get(label)
         want = {(r, x) for r in range(self.repeats) for x in self.profile.levels()}

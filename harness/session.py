@@ -39,14 +39,21 @@ SweepFn = Callable[..., RunSummary]
 
 def deploy_and_measure(stack: Stack, profile: LoadProfile, writer: RunWriter, label: str, console: Console,
                        repeats: int | None = None, prior: RunSummary | None = None,
-                       invocation: int = 0, sweep: SweepFn = measure) -> RunSummary:
+                       invocation: int = 0, sweep: SweepFn = measure, pair: int | None = None,
+                       calibrate: bool = False) -> RunSummary:
     """Deploy (if needed), wait, verify, sweep. The caller owns teardown via the stack's context manager.
-    prior: what an earlier invocation measured on this side; its complete levels are kept and skipped, and
-    the deployment must report the same engine version and applied settings."""
+    prior: what an earlier invocation (or, in a compare of several pairs, an earlier deployment of this side)
+    measured on this side; its complete levels are kept and skipped, and the deployment must report the same
+    engine version and applied settings. pair: which of a compare's deployment pairs this is (its windows are
+    numbered after the earlier pairs'); None outside such a compare."""
     writer.write_meta(phase=f"{label}: deploying {stack.kind}")
     stack.deploy()
     waited = stack.wait_ready(stack.settings.startup_timeout_s)
     console.print(f"[green]{label}: {stack.kind} ready[/] in {waited:.1f}s at {stack.endpoint().base_url}")
+    if profile.server_placement == "fixed":
+        from harness.placement import fix_threads
+
+        console.print(fix_threads(sorted(p.pid for ps in stack.processes().values() for p in ps)))
     if open_ports := exposure(stack):
         console.print(f"[bold yellow]warning:[/] {label} {stack.kind} listens beyond loopback: "
                       f"{', '.join(open_ports)}" + (f". {stack.exposure_hint}" if stack.exposure_hint else ""))
@@ -54,6 +61,7 @@ def deploy_and_measure(stack: Stack, profile: LoadProfile, writer: RunWriter, la
                          engine_version=stack.engine_version(), applied=stack.verify_config(),
                          profile=profile.name, exposed_ports=open_ports,
                          layer_notes={m.key: m.note for m in stack.layer_metrics()})
+    n_repeats = repeats or profile.repeats
     skip: frozenset[tuple[int, float]] = frozenset()
     if prior is not None:
         changed = [f"{what}: was {a}, now {b}" for what, a, b in (
@@ -66,15 +74,20 @@ def deploy_and_measure(stack: Stack, profile: LoadProfile, writer: RunWriter, la
             summary.add(lv)
         summary.scrapes, summary.scrape_gaps = prior.scrapes, prior.scrape_gaps
         summary.scrape_gap_reasons = dict(prior.scrape_gap_reasons)
+        summary.calibration = prior.calibration
         skip = frozenset((lv.stats.repeat, lv.stats.level) for lv in prior.levels if lv.incomplete is None)
-    deployments = {**writer.meta.get("deployments", {}), label: {
+    key = label if pair is None else f"{label} pair {pair + 1}"  # None: the only pair
+    deployments = {**writer.meta.get("deployments", {}), key: {
         **stack.describe(), "engine_version": summary.engine_version, "applied": summary.applied.model_dump(),
         "gpus": list(stack.settings.devices),
         "startup_s": round(waited, 1), "pids": sorted(p.pid for ps in stack.processes().values() for p in ps),
         "logs": {k: str(v) for k, v in stack.log_locations().items()}}}
     model = stack.settings.model
     writer.write_meta(deployments=deployments, **({"model": model.model_dump(mode="json")} if model else {}))
-    return sweep(stack, profile, writer, summary, console, repeats, skip=skip, invocation=invocation)
+    extra: dict = {"first_repeat": pair * n_repeats, "pair": pair} if pair else {}
+    if calibrate:
+        extra["calibrate"] = True
+    return sweep(stack, profile, writer, summary, console, repeats, skip=skip, invocation=invocation, **extra)
 
 
 @dataclass

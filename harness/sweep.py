@@ -20,6 +20,7 @@ from rich.progress import (
 )
 
 from harness.barrier import Shard
+from harness.calibrate import Calibration, levels_held
 from harness.client import RequestRecord
 from harness.errors import LayerbenchError
 from harness.gpu_telemetry import GpuSampler, GpuWindow, telemetry_note
@@ -47,6 +48,7 @@ class LevelSummary(BaseModel):
     sent: int | None = None  # requests the load loop started; each one is a line in requests.jsonl
     part_of: float | None = None  # one load pod's part of the side's level (stacks/k8s load_parallelism)
     gpu: list[GpuWindow] = []  # NVML (and DCGM) per GPU of the deployment over the window; [] without GPUs
+    pair: int = 0  # a compare's deployment pair that measured it (0: the first)
 
 
 class RunSummary(BaseModel):
@@ -77,6 +79,7 @@ class RunSummary(BaseModel):
     layer_notes: dict[str, str] = {}  # the stack's own per-level figures (LevelSummary.server.layer): what each is
     gpu_telemetry: str | None = None  # how the GPU figures were read (None: a host without GPUs)
     devices: list[int] = []  # the GPUs the deployment was given; [] on a host without GPUs
+    calibration: Calibration | None = None  # gpu-like: the levels this host held the emulated step at
 
     @property
     def open_loop(self) -> bool:
@@ -96,10 +99,14 @@ class RunSummary(BaseModel):
 
 def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunSummary,
             console: Console, repeats: int | None = None, skip: frozenset[tuple[int, float]] = frozenset(),
-            invocation: int = 0, shard: Shard | None = None) -> RunSummary:
+            invocation: int = 0, shard: Shard | None = None, first_repeat: int = 0, pair: int = 0,
+            calibrate: bool = False) -> RunSummary:
     """skip: (repeat, level) pairs already measured by an earlier invocation (`compare --resume`); a level is
     its concurrency, or its rate in an open-loop profile (LevelStats.level). shard: this process's part of a
-    side's load (one of several load pods); each record names the level it is part of."""
+    side's load (one of several load pods); each record names the level it is part of. first_repeat, pair: a
+    compare's later deployment of this side numbers its windows after the earlier ones'. calibrate: a GPU-like
+    engine's first deployment finds the levels this host holds the emulated step at (harness.calibrate) from its
+    warmup sweep, and measures only those."""
     ep = stack.endpoint()
     tok = stack.settings.model_path / "tokenizer.json"
     part = shard.part if shard else (lambda n: n)
@@ -108,7 +115,11 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
     current = [0.0]  # the level being measured (its whole, where this process sends a part of it)
     client = CLIENTS[ep.protocol](ep.base_url, ep.model, api=profile.api, max_tokens=profile.output_tokens,
                                   ignore_eos=profile.ignore_eos, timeout_s=profile.request_timeout_s)
+    first_waves: dict[int, list[RequestRecord]] = {}  # calibrate: each level's warmup wave
+
     def on_record(rec: RequestRecord) -> None:
+        if calibrate and rec.phase == "warmup-sweep":
+            first_waves.setdefault(rec.level, []).append(rec)
         d = rec.to_json()
         d["label"], d["invocation"] = summary.label, invocation
         if shard is not None:
@@ -146,7 +157,8 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
             console=console,
         ) as progress:
             # the whole side in one bar, with its ETA and the requests failed so far: a run going wrong shows early
-            planned = [(rep, c) for rep in range(n_repeats) for c in levels if (rep, c) not in skip]
+            reps = range(first_repeat, first_repeat + n_repeats)
+            planned = [(rep, c) for rep in reps for c in levels if (rep, c) not in skip]
             total = sum(profile.requests_for(c) for _, c in planned)
             overall = progress.add_task(f"{summary.label} {stack.kind} overall", errors="", total=total)
             failed, finished = [0], [0]
@@ -175,12 +187,22 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
                         _save(writer, summary)
                         raise LayerbenchError(f"{summary.label} {stack.kind} stopped during the warmup sweep: {why}")
                     progress.advance(task)
-            for rep in range(n_repeats):
+                if calibrate and profile.engine.step is not None:
+                    summary.calibration = levels_held(profile.engine.step, first_waves)
+                    levels = [c for c in levels if c in summary.calibration.kept]
+                    if not levels:
+                        _save(writer, summary)
+                        raise LayerbenchError(f"this host cannot emulate the GPU-like step at any level: "
+                                              f"{summary.calibration.text()}")
+                    total = sum(profile.requests_for(c) for rep in reps for c in levels if (rep, c) not in skip)
+                    progress.update(overall, total=total)
+            for rep in reps:
                 for c in levels:
                     if (rep, c) in skip:
                         continue
                     n = part(profile.requests_for(c))
-                    where = level_text(c, open_loop) + (f" rep {rep + 1}/{n_repeats}" if n_repeats > 1 else "")
+                    where = level_text(c, open_loop) + (f" pair {pair + 1}" if pair else "") + (
+                        f" rep {rep - first_repeat + 1}/{n_repeats}" if n_repeats > 1 else "")
                     current[0] = c
                     if shard is not None:
                         shard.sync(f"level {rep} {c}")
@@ -244,7 +266,7 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
                                                  window_s=run.window_s, server=server, incomplete=incomplete,
                                                  invocation=invocation, sent=run.sent,
                                                  gpu=gpus.window(window[0], closed),
-                                                 part_of=c if shard is not None else None))
+                                                 part_of=c if shard is not None else None, pair=pair))
                     count_scrapes()
                     summary.scrape_ms = Dist.of(scrape_ms)
                     why = run.aborted or gone

@@ -20,7 +20,8 @@ from harness.report import decision, warnings
 from harness.summary_report import SummaryResult
 from harness.sweep import RunSummary
 
-VERDICT_STYLE = {"overhead": "bold red", "gain": "bold green", "within noise": "dim", "no interval": "yellow",
+VERDICT_STYLE = {"overhead": "bold red", "gain": "bold green", "equivalent": "green", "inconclusive": "dim",
+                 "within noise": "dim", "no interval": "yellow", "host-bound": "yellow", "client-bound": "yellow",
                  "missing": "yellow"}
 _BOLD = re.compile(r"\*\*(.+?)\*\*")
 
@@ -39,13 +40,15 @@ def markup(text: str) -> Text:
 
 def delta_table(s: CompareSummary) -> Table:
     b, st = side_names(s)
-    t = Table(title="throughput (output tok/s, mean of repeats)", title_justify="left", show_edge=False)
+    t = Table(title=f"verdicts by level ({s.pairs} deployment pair(s); output tok/s, mean over the pairs)",
+              title_justify="left", show_edge=False)
     for col in ("level", b, st, "delta", "95% interval", "verdict", f"TTFT p95 ms {b} / {st}", "goodput"):
         t.add_column(col, justify="left" if col in ("level", "verdict") else "right")
     for lv in s.levels:
         t.add_row(lv.level_text, fmt(lv.baseline_tok_s, "{:.0f}"), fmt(lv.stack_tok_s, "{:.0f}"),
                   fmt(lv.delta_pct, "{:+.1f}%"), lv.ci.text() if lv.ci else "—",
-                  Text(lv.verdict, style=VERDICT_STYLE.get(lv.verdict, "")),
+                  Text(lv.verdict + (f" ({lv.why})" if lv.why and lv.judged else ""),
+                       style=VERDICT_STYLE.get(lv.verdict, "")),
                   f"{fmt(lv.baseline_ttft_p95_ms, '{:.0f}')} / {fmt(lv.stack_ttft_p95_ms, '{:.0f}')}",
                   f"{share_pct(lv.baseline_goodput)} / {share_pct(lv.stack_goodput)}")
     return t
@@ -145,7 +148,9 @@ def plan_lines(plan: dict) -> list[str]:
             + (f"; CUDA_VISIBLE_DEVICES={host['cuda_visible_devices']}" if host.get("cuda_visible_devices") else "")
             if host["count"] else f"no GPU ({host.get('why', '')})")
     lines = [f"plan {plan['run_id']}: {plan['command']} {plan['stack']} on the local target, profile "
-             f"{plan['profile']}, levels {', '.join(f'{x:g}' for x in plan['levels'])}", f"  host: {gpus}"]
+             f"{plan['profile']}, levels {', '.join(f'{x:g}' for x in plan['levels'])}"
+             + (f"; {plan['pairs']} deployment pairs in the order {plan['order']} ({plan['deployments']} "
+                "deployments, one at a time)" if plan.get("pairs") else ""), f"  host: {gpus}"]
     if model:
         rev = model["revision"] or (f"{model['requested_revision']} (resolved when fetched)"
                                     if model["requested_revision"] else "—")

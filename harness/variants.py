@@ -123,23 +123,27 @@ def plan(kind: Kind, spec: str, stack_cls: type[Stack], settings: DeploySettings
     return key, values, targets, points
 
 
-def settle(s: SweepSummary, runs: dict[str, RunSummary], failures: dict[str, str], profile: LoadProfile) -> None:
-    """Per point the layer's deltas; for a setting, the change's effect on each side; the one-sentence answer."""
+def settle(s: SweepSummary, runs: dict[str, RunSummary], failures: dict[str, str], profile: LoadProfile,
+           host: dict | None = None) -> None:
+    """Per point the layer's deltas; for a setting, the change's effect on each side; the one-sentence answer.
+    host: the latest A/A's variance components for the profile. A sweep deploys each value once, so its verdicts
+    rest on the host's A/A (pooled in, and a floor): without one they are inconclusive, and the sentence says so."""
     levels, open_loop = profile.levels(), profile.open_loop
+    how = {"host": host or {}, "margin": profile.equivalence_margin}
     for p in s.points:
         p.failed = {k: v for k, v in failures.items() if k in (p.baseline_label, p.stack_label)}
-        p.levels = level_deltas(runs.get(p.baseline_label), runs.get(p.stack_label), levels, open_loop)
+        p.levels = level_deltas(runs.get(p.baseline_label), runs.get(p.stack_label), levels, open_loop, **how)
     if s.kind == "setting" and len(s.points) >= 2:
         first, last = s.points[0], s.points[-1]
-        bare = level_deltas(runs.get(first.baseline_label), runs.get(last.baseline_label), levels, open_loop)
-        layer = level_deltas(runs.get(first.stack_label), runs.get(last.stack_label), levels, open_loop)
+        bare = level_deltas(runs.get(first.baseline_label), runs.get(last.baseline_label), levels, open_loop, **how)
+        layer = level_deltas(runs.get(first.stack_label), runs.get(last.stack_label), levels, open_loop, **how)
         s.effects = [Effect(level=b.level_text, baseline=b, stack=st) for b, st in zip(bare, layer, strict=True)]
     if s.kind == "option":
-        s.shape_gap = _shape_gap(s, runs, levels, open_loop)
+        s.shape_gap = _shape_gap(s, runs, levels, open_loop, how)
     s.conclusion = setting_sentence(s) if s.kind == "setting" else option_sentence(s)
 
 
-def _shape_gap(s: SweepSummary, runs: dict[str, RunSummary], levels, open_loop: bool) -> ShapeGap | None:
+def _shape_gap(s: SweepSummary, runs: dict[str, RunSummary], levels, open_loop: bool, how: dict) -> ShapeGap | None:
     """The least costly shape against the runner-up, head to head at the highest level both measured: is the
     difference between them beyond noise?"""
     ranked = sorted(((top.delta_pct, p) for p in s.points
@@ -147,7 +151,7 @@ def _shape_gap(s: SweepSummary, runs: dict[str, RunSummary], levels, open_loop: 
     if len(ranked) < 2:
         return None
     best, second = ranked[0][1], ranked[1][1]
-    gap = _top(level_deltas(runs.get(second.stack_label), runs.get(best.stack_label), levels, open_loop),
+    gap = _top(level_deltas(runs.get(second.stack_label), runs.get(best.stack_label), levels, open_loop, **how),
                lambda lv: lv.delta_pct is not None)
     return ShapeGap(best=best.value, second=second.value, delta=gap) if gap else None
 
@@ -169,9 +173,10 @@ def setting_sentence(s: SweepSummary) -> str:
     head = (f"{s.key} {s.values[0]} → {s.values[-1]} at {e.level}: bare vLLM {b.baseline_tok_s:,.0f} → "
             f"{b.stack_tok_s:,.0f} tok/s ({b.delta_pct:+.1f}%, {b.verdict}); behind {s.stack} "
             f"{st.baseline_tok_s:,.0f} → {st.stack_tok_s:,.0f} tok/s ({st.delta_pct:+.1f}%, {st.verdict})")
-    if b.verdict == "within noise":
+    if b.verdict not in ("overhead", "gain"):
         why = ("the change does not move the bare engine beyond its noise here, so there is nothing for the "
-               "layer to hold back")
+               "layer to hold back" if b.ci is not None else "without an A/A of this profile on this host "
+               "(`make compare STACK=vllm`) a sweep, one deployment per value, has no interval to judge by")
     elif b.delta_pct > 0:
         why = ("the layer caps the engine: most of what the change gives the bare engine does not reach clients "
                f"through {s.stack}" if st.delta_pct < b.delta_pct / 2 else "the gain carries through the layer")

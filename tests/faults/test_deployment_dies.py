@@ -47,7 +47,7 @@ def test_engine_killed_mid_level(tmp_path, quick_profile, capsys):
 
 def test_layer_dies_while_the_baseline_is_fine(tmp_path, quick_profile):
     profile = quick_profile(concurrency=[1, 4], requests=20)
-    rc = main(["compare", "--stack", "sim-proxy", "--profile", str(profile), "--repeats", "1",
+    rc = main(["compare", "--stack", "sim-proxy", "--profile", str(profile), "--pairs", "1",
                "--results-dir", str(tmp_path / "r"), "--reports-dir", str(tmp_path / "reports"),
                "--opt", "ttft_ms=20", "--opt", "itl_ms=5", "--opt", "proxy_die_after=30"])
     assert rc == 2
@@ -59,10 +59,24 @@ def test_layer_dies_while_the_baseline_is_fine(tmp_path, quick_profile):
     assert "**stack failed**" in md and "level stopped early" in md
 
 
+def test_a_layer_that_dies_in_its_first_pair_ends_the_compare_with_what_was_paired(tmp_path, quick_profile):
+    profile = quick_profile(concurrency=[1, 4], requests=20)
+    rc = main(["compare", "--stack", "sim-proxy", "--profile", str(profile), "--pairs", "3",
+               "--results-dir", str(tmp_path / "r"), "--reports-dir", str(tmp_path / "reports"),
+               "--opt", "ttft_ms=20", "--opt", "itl_ms=5", "--opt", "proxy_die_after=30"])
+    assert rc == 2
+    run = run_dir(tmp_path / "r")
+    assert list(meta(run)["deployments"]) == ["baseline pair 1", "stack pair 1"]  # no deployment after it
+    s = CompareSummary.model_validate_json((run / "compare.json").read_text())
+    assert set(s.failures) == {"stack"} and s.failures["stack"].startswith("pair 1: ")
+    assert {lv.pair for lv in s.runs["baseline"].levels} == {0}
+    assert "**stack failed**: pair 1: " in (tmp_path / "reports" / run.name / "report.md").read_text()
+
+
 def test_baseline_dies_while_the_layer_is_fine(tmp_path, quick_profile):
     profile = quick_profile(concurrency=[1, 4], requests=400)
     results = tmp_path / "r"
-    lb = Layerbench(["compare", "--stack", "sim-proxy", "--profile", str(profile), "--repeats", "1",
+    lb = Layerbench(["compare", "--stack", "sim-proxy", "--profile", str(profile), "--pairs", "1",
                      "--results-dir", str(results), "--reports-dir", str(tmp_path / "reports"),
                      "--opt", "ttft_ms=20", "--opt", "itl_ms=5"], tmp_path)
     run = wait_for("the baseline's first level", phase_is(results, "baseline: c=1"), lb)

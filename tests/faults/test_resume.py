@@ -17,32 +17,34 @@ pytestmark = pytest.mark.slow
 def test_interrupted_compare_resumes_where_it_stopped(tmp_path, quick_profile, capsys):
     results, reports = tmp_path / "r", tmp_path / "reports"
     profile = quick_profile(concurrency=[1, 4], requests=40)
-    lb = Layerbench(["compare", "--stack", "sim-proxy", "--profile", str(profile), "--repeats", "2",
+    lb = Layerbench(["compare", "--stack", "sim-proxy", "--profile", str(profile), "--pairs", "2",
                      "--results-dir", str(results), "--reports-dir", str(reports), "--opt", "ttft_ms=20",
-                     "--opt", "itl_ms=5", "--opt", "request_delay_ms=10"], tmp_path)
-    run = wait_for("the stack's second level", phase_is(results, "stack: c=4 rep 1/2"), lb)
+                     "--opt", "itl_ms=5", "--opt", "request_delay_ms=30"], tmp_path)
+    run = wait_for("the stack's second level in the first pair", phase_is(results, "stack: c=4"), lb)
     lb.signal_group(signal.SIGTERM)
     assert lb.wait() == 130, lb.output()
     first = meta(run)
     assert first["status"] == "interrupted"
-    baseline_pids = first["deployments"]["baseline"]["pids"]
+    baseline_pids = first["deployments"]["baseline pair 1"]["pids"]
 
     capsys.readouterr()
     assert main(["compare", "--resume", run.name, "--repeats", "3", "--results-dir", str(results)]) == 2
-    assert "repeats: were 2, now 3" in capsys.readouterr().err  # settings must match
+    assert "repeats: were 1, now 3" in capsys.readouterr().err  # settings must match
 
     assert main(["compare", "--resume", run.name, "--results-dir", str(results), "--reports-dir", str(reports)]) == 0
     m = meta(run)
     assert m["status"] == "complete" and len(m["invocations"]) == 1
     assert m["invocations"][0]["previous_status"] == "interrupted"
-    assert m["deployments"]["baseline"]["pids"] == baseline_pids  # the complete side was not deployed again
+    assert m["deployments"]["baseline pair 1"]["pids"] == baseline_pids  # a complete deployment is not made again
+    assert list(m["deployments"]) == ["baseline pair 1", "stack pair 1", "stack pair 2", "baseline pair 2"]
     s = CompareSummary.model_validate_json((run / "compare.json").read_text())
     assert s.status == "complete" and s.invocations == 2
     stack_levels = {(lv.stats.repeat, lv.stats.concurrency): lv.invocation for lv in s.runs["stack"].levels}
     assert stack_levels == {(0, 1): 0, (0, 4): 1, (1, 1): 1, (1, 4): 1}
-    assert all(lv.invocation == 0 for lv in s.runs["baseline"].levels) and len(s.runs["baseline"].levels) == 4
+    base_levels = {(lv.stats.repeat, lv.stats.concurrency): lv.invocation for lv in s.runs["baseline"].levels}
+    assert base_levels == {(0, 1): 0, (0, 4): 0, (1, 1): 1, (1, 4): 1}
     assert [lv.invocations for lv in s.levels] == [[0, 1], [0, 1]]
-    assert all(lv.verdict == "overhead" for lv in s.levels)  # 10 ms per request, found again across invocations
+    assert all(lv.verdict == "overhead" for lv in s.levels)  # 30 ms per request, found again across invocations
     md = (reports / run.name / "report.md").read_text()
     assert "measured in" in md and "first run, resume 1" in md and "2 invocations" in md
     # the requests of both invocations are on disk, each marked with its invocation

@@ -12,10 +12,12 @@ from harness.cli import main
 from harness.compare import CompareSummary
 
 
-def compare(tmp_path: Path, write_profile, *opts: str, repeats: int = 2, extra: tuple[str, ...] = ()) -> tuple:
+def compare(tmp_path: Path, write_profile, *opts: str, repeats: int = 1, pairs: int = 2,
+            extra: tuple[str, ...] = ()) -> tuple:
     profile = write_profile(concurrency=[1, 4], requests=20, requests_per_concurrency=0,
                             output_tokens=8, input_tokens=32, scrape_interval_s=0.5, warmup_sweep=False)
     args = ["compare", "--stack", "sim-proxy", "--profile", str(profile), "--repeats", str(repeats),
+            "--pairs", str(pairs),
             "--results-dir", str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports"), *extra]
     for o in ("ttft_ms=20", "itl_ms=5", *opts):
         args += ["--opt", o]
@@ -57,7 +59,7 @@ def test_compare_reports_known_overhead_and_renamed_metrics(tmp_path, write_prof
     assert cost_rows and cost_rows[0].rstrip(" |").split("| ")[-1].startswith("+")
     assert "KV cache: config.json" not in md  # the reference engine loads no model
     # the decision first: the verdict heads the report, the plots come before the details
-    assert md.splitlines()[2].startswith("- **sim-proxy: ") and "overhead" in md.splitlines()[2]
+    assert md.splitlines()[2].startswith("- **sim-proxy at c=") and "overhead" in md.splitlines()[2]
     assert md.index("## Capacity at the SLO") < md.index("## Throughput") < md.index("## Latency in full") \
         < md.index("## Plots") < md.index("## Where the CPU went")
     html = (report / "report.html").read_text()
@@ -131,11 +133,26 @@ def test_hidden_metrics_are_lost_on_the_layer_port(tmp_path, write_profile):
 
 
 @pytest.mark.slow  # a whole sim compare (~9 s): `make test` runs it, `make test-fast` stays under 2 min
-def test_one_repeat_takes_its_interval_from_time_blocks(tmp_path, write_profile):
-    rc, s, _ = compare(tmp_path, write_profile, repeats=1)
+def test_pairs_are_fresh_deployments_in_counterbalanced_order(tmp_path, write_profile):
+    rc, s, _ = compare(tmp_path, write_profile, pairs=3)
+    assert rc == 0 and s.pairs == 3 and s.order == [1, -1, -1]
+    meta = json.loads((next((tmp_path / "results").iterdir()) / "run.json").read_text())
+    assert list(meta["deployments"]) == ["baseline pair 1", "stack pair 1", "stack pair 2", "baseline pair 2",
+                                         "stack pair 3", "baseline pair 3"]
+    assert len({tuple(d["pids"]) for d in meta["deployments"].values()}) == 6  # each one started afresh
+    for label, run in s.runs.items():
+        assert sorted({lv.pair for lv in run.levels}) == [0, 1, 2], label
+        assert sorted(lv.stats.repeat for lv in run.levels if lv.stats.level == 4) == [0, 1, 2]
+    assert all(lv.pairs == 3 and lv.ci is not None and lv.ci.n_baseline == 3 for lv in s.levels)
+
+
+def test_one_pair_without_an_aa_has_no_interval_and_says_so(tmp_path, write_profile):
+    rc, s, report = compare(tmp_path, write_profile, pairs=1)
+    assert rc == 0
     for lv in s.levels:
-        assert lv.ci is not None and lv.ci.source == "blocks (1 repeat)", lv
-        assert lv.ci.lo_pct <= lv.delta_pct <= lv.ci.hi_pct
+        assert lv.ci is None and lv.verdict == "inconclusive", lv
+    md = (report / "report.md").read_text()
+    assert "no interval: fewer than 2 deployment pairs and no A/A of this profile on this host" in md
 
 
 def test_version_mismatch_is_refused(tmp_path, write_profile, monkeypatch, capsys):

@@ -243,7 +243,7 @@ def test_open_loop_compare_reports_rates(tmp_path, write_profile):
 
     profile = write_profile(rates=[20, 60], arrival="constant", requests=20, output_tokens=8, input_tokens=32,
                             scrape_interval_s=0.5, warmup_sweep=True)
-    args = ["compare", "--stack", "sim-proxy", "--profile", str(profile), "--repeats", "1",
+    args = ["compare", "--stack", "sim-proxy", "--profile", str(profile), "--repeats", "1", "--pairs", "1",
             "--results-dir", str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports"),
             "--opt", "ttft_ms=20", "--opt", "itl_ms=5", "--opt", "request_delay_ms=40"]
     assert main(args) == 0

@@ -8,7 +8,7 @@ def test_builtin_profiles_load():
     assert {"quick", "cpu", "default"} <= set(builtin_profiles())
     q = load_profile("quick")
     assert q.concurrency == [1, 4, 16] and q.output_tokens == 32 and q.requests == 30
-    assert load_profile("default").requests_for(64) == 512  # 8 per slot beats 100 at c=64
+    assert load_profile("default").requests_for(64) == 128  # 2 per slot beats 32 at c=64
 
 
 def test_unknown_profile_names_the_choices():
@@ -42,4 +42,4 @@ def test_levels_too_short_are_refused_naming_the_fields(write_profile):
     p = write_profile(scrape="interval", scrape_interval_s=2.0, min_duration_s=1.0)
     with pytest.raises(LayerbenchError, match="`min_duration_s`.*`scrape_interval_s`"):
         load_profile(str(p))
-    assert load_profile("cpu").repeats == 3 and load_profile("quick").scrape == "boundary"
+    assert load_profile("cpu").pairs == 4 and load_profile("quick").scrape == "boundary"

@@ -44,12 +44,14 @@ def window(level: float, repeat: int = 0, *, tok_s: float = 100.0, ttft_p95: flo
                        tokens_per_chunk=1.0, dispatch_delay_ms=Dist())
     server = ServerLevelMetrics(engine_ttft_ms=engine[0], engine_e2e_ms=engine[1], engine_requests=engine[2])
     return LevelSummary(stats=stats, client=HEALTH, process_cpu_s={"engine": 5.0}, window_s=10.0, server=server,
-                        incomplete=incomplete)
+                        incomplete=incomplete, pair=repeat)  # each window its own deployment pair
 
 
-def pair(level: float, tok_s: float, **kw) -> list[LevelSummary]:
-    """Two repeats 1% either side of tok_s: enough for a 95% interval from the repeats."""
-    return [window(level, 0, tok_s=tok_s * 0.99, **kw), window(level, 1, tok_s=tok_s * 1.01, **kw)]
+def pair(level: float, tok_s: float, ttft_p95: float = 200.0, **kw) -> list[LevelSummary]:
+    """Two deployment pairs' windows, 1% either side of tok_s and 5% either side of ttft_p95 (compare() gives the
+    stack's the other pairs, so the pairs' differences spread): enough for an interval over the pairs."""
+    return [window(level, 0, tok_s=tok_s * 0.99, ttft_p95=ttft_p95 * 0.95, **kw),
+            window(level, 1, tok_s=tok_s * 1.01, ttft_p95=ttft_p95 * 1.05, **kw)]
 
 
 def run(label: str, stack: str, windows: list[LevelSummary], status: str = "complete") -> RunSummary:
@@ -62,6 +64,9 @@ def run(label: str, stack: str, windows: list[LevelSummary], status: str = "comp
 
 def compare(base: list[LevelSummary], stack: list[LevelSummary], *, name: str = "ray", baseline_stack: str = "vllm",
             slo: SLO | None = None, status: str = "complete", stack_status: str = "complete") -> CompareSummary:
+    for lv in stack:  # the stack's first window in the baseline's second pair: the pairs' differences spread
+        if lv.stats.rate is None and len({w.stats.repeat for w in stack}) == 2:
+            lv.pair = 1 - lv.stats.repeat
     runs = {"baseline": run("baseline", baseline_stack, base), "stack": run("stack", name, stack, stack_status)}
     levels = sorted({lv.stats.level for lv in base + stack})
     open_loop = any(lv.stats.rate is not None for lv in base + stack)
@@ -165,7 +170,7 @@ def test_capacities_per_side_at_the_slo():
     assert title == "Capacity at the SLO" and "TTFT p95 ≤ 500 ms" in caption and "ITL" not in caption
     assert header[:3] == ["deployment", "capacity", "broke at"]
     by_side = {row[0]: row for row in rows}
-    assert by_side["ray"][1:4] == ["c=1", "c=4", "TTFT p95 800 ms > 500 ms"]
+    assert by_side["ray"][1:4] == ["c=1", "c=4", "TTFT p95 760 ms > 500 ms"]  # its first window that broke
     assert by_side["vllm"][1:3] == ["≥ c=4 (every level held)", "—"]
 
 
@@ -209,42 +214,58 @@ def test_a_level_that_broke_below_one_that_held_is_not_every_level_held():
 
 # --- the headline ---------------------------------------------------------------------------------------------
 
-def test_headline_quotes_the_highest_level_measured_on_both_sides():
-    # c=1 within noise, c=4 an overhead of 20%, c=8 measured by the baseline only (the stack died)
+def test_headline_names_the_worst_significant_endpoint_at_its_level():
+    # c=1 alike, c=4: goodput 100% -> 90% in both pairs (and throughput and TTFT worse, but inside the pairs'
+    # spread), c=8 measured by the baseline only (the stack died)
     s = compare(pair(1, 100, ttft_p95=100.0) + pair(4, 400, ttft_p95=200.0) + pair(8, 800),
                 pair(1, 100, ttft_p95=110.0) + pair(4, 320, ttft_p95=300.0, goodput=0.9))
-    assert [lv.verdict for lv in s.levels] == ["within noise", "overhead", "missing"]
-    top = s.top
-    assert top is not None and top.concurrency == 4 and top.delta_pct == pytest.approx(-20.0)
+    assert [lv.verdict for lv in s.levels] == ["inconclusive", "overhead", "missing"]
+    c4 = s.levels[1]
+    assert c4.why == "goodput" and c4.endpoints["throughput"].verdict == "inconclusive"
+    assert c4.delta_pct == pytest.approx(-20.0) and c4.ci is not None and c4.ci.lo_pct < -20 < c4.ci.hi_pct
     lines = decision(s)
-    assert lines[0] == (f"**ray: -20.0% output tok/s at c=4 against bare vLLM 0.32.0 (95% interval {top.ci.text()}: "
-                        "overhead)**; goodput 90% vs 100%; TTFT p95 300 vs 200 ms")
-    assert top.ci.hi_pct < 0
-    assert starting(lines, "over the") == ["over the 3 levels: 1 overhead, 1 within noise, 1 without a verdict"]
+    assert lines[0].startswith("**ray at c=4 against bare vLLM 0.32.0: overhead: goodput 100% → 90%; throughput "
+                               "inconclusive (could have detected ±")
+    assert "TTFT p95 inconclusive" in lines[0] and lines[0].endswith("TTFT p95 200 → 300 ms)")
+    assert starting(lines, "by level") == ["by level (Holm's correction across the 2 judged levels; 2 deployment "
+                                           "pairs): overhead at c=[4] (goodput); inconclusive at c=[1]; missing at "
+                                           "c=[8]"]
 
 
 def test_headline_names_the_shape_and_a_gain():
-    s = compare(pair(1, 100), pair(1, 120))
+    s = compare(pair(1, 100), [window(1, 0, tok_s=120 * 1.01, ttft_p95=190), window(1, 1, tok_s=120 * 0.99,
+                                                                                   ttft_p95=210)])
     s.shape = "raw mode"
     head = decision(s)[0]
-    assert head.startswith("**ray (raw mode): +20.0% output tok/s at c=1 ")
-    assert head.endswith("TTFT p95 200 vs 200 ms") and ": gain)**" in head
-    assert starting(decision(s), "over the") == ["over the 1 levels: 1 gain"]
+    assert head.startswith("**ray (raw mode) at c=1 against bare vLLM 0.32.0: gain: throughput +20.0%")
+    assert starting(decision(s), "by level") == ["by level (Holm's correction across the 1 judged levels; 2 "
+                                                 "deployment pairs): gain at c=[1] (throughput)"]
 
 
-def test_verdict_counts_are_left_out_when_no_level_has_one():
-    # one repeat a side and no time blocks: a delta without an interval
+def test_one_pair_and_no_aa_has_no_interval_and_says_so():
     s = compare([window(1, tok_s=100), window(4, tok_s=400)], [window(1, tok_s=90), window(4, tok_s=300)])
-    assert [lv.verdict for lv in s.levels] == ["no interval", "no interval"]
+    assert [lv.verdict for lv in s.levels] == ["inconclusive", "inconclusive"]
+    assert all(lv.ci is None for lv in s.levels)
     lines = decision(s)
-    assert lines[0].startswith("**ray: -25.0% output tok/s at c=4 against bare vLLM 0.32.0 (no interval)**")
+    assert lines[0].startswith("**ray at c=4 against bare vLLM 0.32.0: inconclusive: throughput inconclusive (no "
+                               "interval: fewer than 2 deployment pairs and no A/A of this profile on this host)")
     assert "95% interval" not in lines[0]
-    assert starting(lines, "over the") == []
 
 
-def test_every_level_with_a_verdict_has_no_without_a_verdict_clause():
-    s = compare(pair(1, 100) + pair(4, 400), pair(1, 80) + pair(4, 320))
-    assert starting(decision(s), "over the") == ["over the 2 levels: 2 overhead"]
+def test_the_hosts_aa_floors_a_quiet_compare_and_gives_one_pair_an_interval():
+    from harness.compare import AAReference
+    from harness.deltas import judged_levels
+    from harness.verdict import Components
+
+    base = [window(1, tok_s=100), window(4, tok_s=400)]
+    stack = [window(1, tok_s=90), window(4, tok_s=300)]
+    runs = (run("baseline", "vllm", base), run("stack", "ray", stack))
+    noisy = Components(ms_pair=0.005, df_pair=4, ms_res=0.0025, df_res=8, levels=2, pairs=5)  # an A/A: ~6% a pair
+    levels, _ = judged_levels(*runs, [1, 4], host={"throughput": noisy})
+    assert all(lv.ci is not None for lv in levels)
+    assert levels[1].endpoints["throughput"].verdict == "overhead"  # -25% against a host's ±6% per pair
+    assert levels[0].endpoints["throughput"].verdict == "inconclusive"  # -10%: inside it
+    assert AAReference(run_id="aa", levels={}, components={"throughput": noisy}).components["throughput"].pairs == 5
 
 
 def test_nothing_measured_on_both_sides():
@@ -344,14 +365,14 @@ def test_terminal_summary_prints_headline_delta_table_and_report_path(tmp_path):
     text = console.export_text()
     plain = flat(text)
     assert "ray vs vllm — t" in plain  # the panel's title
-    assert "ray: -20.0% output tok/s at c=4 against bare vLLM 0.32.0" in plain
+    assert "ray at c=4 against bare vLLM 0.32.0: overhead: goodput 100% → 90%" in plain
     assert "**" not in text  # Markdown bold is rendered, not printed
-    assert "over the 2 levels: 1 overhead, 1 within noise" in plain
-    assert "throughput (output tok/s, mean of repeats)" in text
+    assert "overhead at c=[4] (goodput); inconclusive at c=[1]" in plain
+    assert "verdicts by level (" in text
     rows = {ln.split()[0]: ln for ln in text.splitlines() if ln.strip().startswith(("c=1 ", "c=4 "))}
     assert set(rows) == {"c=1", "c=4"}
-    assert "within noise" in rows["c=1"] and "+0.0%" in rows["c=1"]
-    assert "overhead" in rows["c=4"] and "-20.0%" in rows["c=4"] and s.levels[1].ci.text() in rows["c=4"]
+    assert "inconclusive" in rows["c=1"] and "+0.0%" in rows["c=1"]
+    assert "overhead (goodput)" in rows["c=4"] and "-20.0%" in rows["c=4"] and s.levels[1].ci.text() in rows["c=4"]
     assert "200 / 300" in rows["c=4"] and "100% / 90%" in rows["c=4"]
     assert f"report: {report} (+ report.html: one file, plots inline); results: {tmp_path / 'results' / 't'} " \
            "(status: complete)" in plain
