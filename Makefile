@@ -25,12 +25,6 @@ PY ?= $(shell for p in python3.12 python3.11 python3.10; do $$p -c '' >/dev/null
 export PY
 VENV := .venv
 ENGINE_VENV := .venv-engine
-RAY_VERSION := 2.60.0
-PYTRITON_VERSION := 0.7.0
-TRITONCLIENT_VERSION := 2.73.0
-TRITON_VENV := .venv-triton
-KSERVE_VERSION := 0.21.0
-KSERVE_VENV := .venv-kserve
 MODEL_DIR := .cache/models/tiny-qwen2
 STAMPS := .stamps
 STACK ?= vllm
@@ -61,28 +55,29 @@ SETTING ?=
 OPT ?=
 LB := $(VENV)/bin/layerbench
 
-# stacks that need the engine environment and the model; the others only need the client
-ENGINE_STACKS := vllm ray triton kserve
-# TARGET=docker|k8s deploys the official images on GPU hosts: this machine only needs the client
-# a dry run (ARGS=--dry-run) installs nothing beyond the client either
-needs = $(if $(filter-out local,$(TARGET))$(filter --dry-run,$(ARGS)),client,$(if $(filter $(STACK),$(ENGINE_STACKS)),setup $(if $(filter ray triton kserve,$(STACK)),$(STAMPS)/$(STACK)),client))
+# a layer's own environment is scripts/setup_<layer>.sh, run with ENGINE_VENV and CLIENT_VENV and stamped once;
+# the layers are whatever setup scripts there are (the client's, the engine's and Chromium's are not layers)
+LAYERS := $(filter-out client engine chromium,$(patsubst scripts/setup_%.sh,%,$(wildcard scripts/setup_*.sh)))
+# what a command needs: the engine environment and the model, and the stack's own environment where it has one;
+# TARGET=docker|k8s deploys the official images on GPU hosts and a dry run (ARGS=--dry-run) installs nothing:
+# this machine then only needs the client
+needs = $(if $(filter-out local,$(TARGET))$(filter --dry-run,$(ARGS)),client,setup $(if $(filter $(STACK),$(LAYERS)),$(STAMPS)/setup-$(STACK)))
 MODEL_ARGS = $(if $(MODEL),--model $(MODEL)) $(if $(REVISION),--revision $(REVISION)) $(if $(GPUS),--gpus $(GPUS))
 
-setup-ray: setup $(STAMPS)/ray  ## Ray Serve in the engine environment
-setup-triton: setup $(STAMPS)/triton  ## the Triton server (nvidia-pytriton) and its vLLM backend
-setup-kserve: setup $(STAMPS)/kserve  ## KServe's model server beside the engine
+setup-%: setup $(STAMPS)/setup-% ;  # a layer's own environment (make setup-ray): see LAYERS
 setup-chromium: $(STAMPS)/chromium  ## Debian's headless Chromium, for the report's browser test
 
-.PHONY: setup setup-ray setup-triton setup-kserve setup-chromium client run compare capacity sweep audit report soak test \
+.PHONY: setup setup-chromium client run compare capacity sweep audit report soak test \
 	test-fast lint bench-harness calibrate clean help stacks doctor
 ifneq ($(DRY),)
-.PHONY: $(STAMPS)/client $(STAMPS)/engine $(STAMPS)/gpulike $(STAMPS)/model $(STAMPS)/engine-check $(STAMPS)/ray \
-	$(STAMPS)/triton $(STAMPS)/kserve
+.PHONY: $(STAMPS)/client $(STAMPS)/engine $(STAMPS)/gpulike $(STAMPS)/model $(STAMPS)/engine-check \
+	$(LAYERS:%=$(STAMPS)/setup-%)
 endif
 help:  ## this list (also plain `make`)
 	@sed -n '2,20p' Makefile
 	@echo '# targets:'
 	@awk -F ':.*## ' '/^[a-z-]+:.*## /{printf "#   %-16s %s\n", $$1, $$2}' Makefile
+	@printf "#   %-16s %s\n" "setup-<layer>" "a layer's own environment (scripts/setup_<layer>.sh): $(LAYERS)"
 
 setup: client $(STAMPS)/engine $(STAMPS)/gpulike $(STAMPS)/model $(STAMPS)/engine-check  ## the client, the engine environment (vLLM's build for this host, the GPU-like model's plugin), the tiny model and a one-token GPU check
 client: $(STAMPS)/client  ## the client's virtual environment only
@@ -103,16 +98,9 @@ $(STAMPS)/gpulike: $(STAMPS)/engine engine_plugin/pyproject.toml $(wildcard engi
 	$(RUN) $(ENGINE_VENV)/bin/pip install -q --no-deps --no-build-isolation ./engine_plugin
 	$(STAMP)
 
-$(STAMPS)/ray: $(STAMPS)/engine scripts/setup_ray.sh
-	bash scripts/setup_ray.sh $(ENGINE_VENV) $(RAY_VERSION)
-	$(STAMP)
-
-$(STAMPS)/triton: $(STAMPS)/engine $(STAMPS)/client scripts/setup_triton.sh
-	bash scripts/setup_triton.sh $(TRITON_VENV) $(ENGINE_VENV) $(VENV) $(PYTRITON_VERSION) $(TRITONCLIENT_VERSION)
-	$(STAMP)
-
-$(STAMPS)/kserve: $(STAMPS)/engine scripts/setup_kserve.sh
-	bash scripts/setup_kserve.sh $(KSERVE_VENV) $(ENGINE_VENV) $(KSERVE_VERSION)
+.PRECIOUS: $(STAMPS)/setup-%
+$(STAMPS)/setup-%: scripts/setup_%.sh $(STAMPS)/engine $(STAMPS)/client
+	ENGINE_VENV=$(ENGINE_VENV) CLIENT_VENV=$(VENV) bash scripts/setup_$*.sh
 	$(STAMP)
 
 # Debian's headless Chromium and its driver, for the report's browser test (needs root or passwordless sudo)
@@ -170,7 +158,7 @@ calibrate: setup  ## the GPU-like engine's step and worker CPU against the confi
 	$(LB) bench-harness --only gpulike --out-dir reports/harness/gpulike $(ARGS)
 
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
-test: setup $(STAMPS)/ray $(STAMPS)/triton $(STAMPS)/kserve $(STAMPS)/chromium  ## lint + every test (starts real vLLM, Ray, Triton, KServe, Chromium)
+test: setup $(LAYERS:%=$(STAMPS)/setup-%) $(STAMPS)/chromium  ## lint + every test (starts real vLLM, Ray, Triton, KServe, Chromium)
 	$(VENV)/bin/ruff check harness stacks tests scripts engine_plugin
 	$(VENV)/bin/pytest -v tests
 

@@ -94,7 +94,7 @@ def with_dtype(profile: LoadProfile) -> LoadProfile:
         return profile
     from harness.calibrate import fastest_dtype
     from stacks.base import ENGINE_VENV
-    from stacks.vllm import engine_python
+    from stacks.engine_env import engine_python
 
     choice = fastest_dtype(engine_python(ENGINE_VENV))
     return profile.model_copy(update={"engine": engine.model_copy(update={

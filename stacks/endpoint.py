@@ -53,6 +53,9 @@ class EndpointStack(Stack):
         if self.options.protocol == "triton" and not self.options.model:
             raise LayerbenchError("stack endpoint: protocol triton needs the model's name: --opt model=NAME")
 
+    def baseline(self) -> Stack | None:
+        return None  # a server layerbench did not start: no version-matched bare vLLM to set beside it
+
     def _url(self) -> str:
         if not self.settings.url:
             raise LayerbenchError("STACK=endpoint needs a server address: URL=http://127.0.0.1:8000")

@@ -30,8 +30,8 @@ from rich.console import Console
 
 from harness.errors import LayerbenchError
 from stacks.base import (
-    ENGINE_VENV,
     PROJECT_ROOT,
+    REGISTRY,
     AppliedConfig,
     DeploySettings,
     Endpoint,
@@ -40,10 +40,7 @@ from stacks.base import (
     StackOptions,
     register,
 )
-from stacks.kserve_manifests import pod_process, render
-from stacks.procs import running, wait_http_ready
-from stacks.vllm import (
-    VllmStack,
+from stacks.engine_env import (
     check_model_files,
     engine_args,
     engine_env,
@@ -55,6 +52,10 @@ from stacks.vllm import (
     settings_from_args,
     settings_from_kwargs,
 )
+from stacks.fronted import FrontedEngineStack
+from stacks.kserve_manifests import pod_process, render
+from stacks.procs import running
+from stacks.vllm import VllmStack
 
 KSERVE_VENV = PROJECT_ROOT / ".venv-kserve"
 SERVER = PROJECT_ROOT / "scripts" / "kserve_server.py"
@@ -75,8 +76,12 @@ class KServeOptions(StackOptions):
 
 
 @register
-class KServeStack(VllmStack):
+class KServeStack(FrontedEngineStack, VllmStack):
     kind = "kserve"
+    docker_form = "stacks.k8s.docker_forms:kserve"
+    k8s_form = "stacks.k8s.render_kserve:render_kserve"
+    k8s_crds = (("serving.kserve.io", "InferenceService", "v1beta1"),
+                ("serving.kserve.io", "ServingRuntime", "v1alpha1"))
     in_request_path = False  # raw mode; the instance says True for the modes where KServe serves the request
     description = "KServe: RawDeployment's predictor process (raw), or KServe's own data plane (inprocess, proxy)"
     server_name = "KServe"
@@ -84,16 +89,20 @@ class KServeStack(VllmStack):
     options: KServeOptions
 
     def __init__(self, settings: DeploySettings):
-        super().__init__(settings, venv=ENGINE_VENV)
+        super().__init__(settings)
         self.mode = self.options.mode
         self.in_request_path = self.mode != "raw"  # type: ignore[misc]
         if self.mode != "raw":
-            self.venv = KSERVE_VENV
+            self.venv = self.engine_venv = KSERVE_VENV
         self.manifests: list[dict] = []
-        # proxy: the bare vLLM the proxy forwards to, deployed and torn down with the stack
-        self.engine = VllmStack(settings.model_copy(update={"options": {}}), venv=KSERVE_VENV) \
-            if self.mode == "proxy" else None
         self.engine_procs: list[psutil.Process] = []  # inprocess: vLLM's engine processes, watched once ready
+
+    def engine_behind(self) -> Stack | None:
+        """proxy: the bare vLLM the proxy forwards to, from KServe's environment; the other modes serve the
+        engine themselves."""
+        if self.options.mode != "proxy":
+            return None
+        return REGISTRY["vllm"](self.settings.model_copy(update={"options": {}}), venv=KSERVE_VENV)
 
     @property
     def config_path(self) -> Path:
@@ -107,16 +116,23 @@ class KServeStack(VllmStack):
     def deploy(self) -> None:
         check_model_files(self.settings)
         self.check_ports()
-        {"raw": self._deploy_raw, "inprocess": self._deploy_server, "proxy": self._deploy_proxy}[self.mode]()
+        if self.mode == "raw":
+            self._deploy_raw()
+        else:
+            self._server_ready_to_start()  # refused before the engine behind the proxy is started
+            if self.engine is not None:
+                super().deploy()
+            else:
+                self.start(*self.front_command(""))
 
     def raw_process(self) -> tuple[list[str], dict[str, str]]:
         """The predictor pod's command line and env, as RawDeployment's ServingRuntime renders them."""
         self.manifests = render(self.settings, engine_args(self.settings), name=self.settings.served_model_name)
         return pod_process(*self.manifests, self.settings.model_path, self.port)
 
-    def engine_plan(self) -> dict:
+    def engine_plan(self) -> dict | None:
         if self.engine is not None:  # proxy: the engine is the bare vLLM behind it
-            return self.engine.engine_plan()
+            return super().engine_plan()
         if self.mode == "raw":
             plan = settings_from_args(self.raw_process()[0])
             if plan["model"] == str(self.settings.model_path):  # the pod's /mnt/models: the resolved snapshot
@@ -135,73 +151,49 @@ class KServeStack(VllmStack):
             raise LayerbenchError(f"the ServingRuntime's command {cmd[0]!r} is not vLLM's Python server")
         self.start([str(engine_python(self.venv)), *cmd[1:]], {**engine_env(self.settings), **env})
 
-    def _deploy_proxy(self) -> None:
-        assert self.engine is not None
-        config = self._server_ready_to_start()  # refused before the engine behind it is started
-        self.engine.deploy()
-        self._deploy_server(config)
-
-    def _server_ready_to_start(self) -> dict:
+    def _server_ready_to_start(self) -> None:
         if not (self.venv / "bin" / "python").exists():
             raise LayerbenchError(f"KServe's SDK is not installed ({self.venv} missing): run `make setup-kserve`")
-        return self.server_config()
 
-    def _deploy_server(self, config: dict | None = None) -> None:
-        config = config or self._server_ready_to_start()
+    def front_command(self, upstream: str) -> tuple[list[str], dict[str, str]]:
+        """KServe's server (scripts/kserve_server.py) with its config: in front of `upstream` (proxy), or running
+        the engine in its own process (inprocess)."""
         self.settings.log_dir.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(json.dumps(config, indent=2))
-        self.start([str(engine_python(self.venv)), str(SERVER), str(self.config_path)], engine_env(self.settings))
+        self.config_path.write_text(json.dumps(self.server_config(upstream), indent=2))
+        return [str(engine_python(self.venv)), str(SERVER), str(self.config_path)], engine_env(self.settings)
 
-    def server_config(self) -> dict:
+    def server_config(self, upstream: str = "") -> dict:
         """What scripts/kserve_server.py runs: the mode, the port, and the engine (in-process: the baseline's
         settings as AsyncEngineArgs; proxy: the bare vLLM's address)."""
         cfg = {"mode": self.mode, "name": self.settings.served_model_name, "host": "127.0.0.1", "port": self.port,
                "applied": str(self.applied_path)}
-        if self.engine is not None:
-            return {**cfg, "predictor_url": self.engine.endpoint().base_url,
-                    "read_timeout_s": 30.0}
+        if self.mode == "proxy":
+            return {**cfg, "predictor_url": upstream, "read_timeout_s": 30.0}
         s = self.settings
         spec = {**model_kwargs(s), "served_model_name": s.served_model_name,
                 **engine_kwargs(s, "the in-process engine's arguments")}
         return {**cfg, "engine": spec}
 
+    def ready_url(self) -> str:
+        # the model's own route: 503 until its engine has started (in-process) or its upstream is healthy
+        return f"{self.endpoint().base_url}/v1/models/{self.settings.served_model_name}"
+
     def wait_ready(self, timeout: float, console: Console | None = None) -> float:
         if self.mode == "raw":
-            return super().wait_ready(timeout, console)
-        assert self.proc is not None, "deploy() first"
-        waited = self.engine.wait_ready(timeout, console) if self.engine is not None else 0.0
-        # the model's own route: 503 until its engine has started (in-process) or its upstream is healthy
-        url = f"{self.endpoint().base_url}/v1/models/{self.settings.served_model_name}"
-        waited += wait_http_ready(url, timeout, f"KServe ({self.mode})", self.proc.alive, self.log_path, console)
-        tree = self.proc.tree()
-        self.engine_procs = [p for p in tree if _title(p).startswith("VLLM::")]
+            return VllmStack.wait_ready(self, timeout, console)
+        waited = super().wait_ready(timeout, console)
+        self.engine_procs = [p for p in self.proc.tree() if _title(p).startswith("VLLM::")] if self.proc else []
         return waited
-
-    # --- teardown and liveness ---
-    def teardown(self) -> None:
-        try:
-            super().teardown()
-        finally:
-            if self.engine is not None:
-                self.engine.teardown()
 
     def dead(self) -> str | None:
         """KServe's server outlives vLLM's engine processes (in-process) and its upstream (proxy), answering
         every request with an error: those are watched as well."""
         if reason := super().dead():
             return reason
-        if self.engine is not None and (reason := self.engine.dead()):
-            return f"the bare vLLM behind KServe's proxy: {reason}"
         for p in self.engine_procs:
             if not running(p):
                 return f"vLLM's {_title(p)} (pid {p.pid}) inside KServe exited; see {self.log_path}"
         return None
-
-    def processes(self) -> dict[str, list[psutil.Process]]:
-        procs = super().processes()
-        if self.engine is not None:
-            procs.update(self.engine.processes())
-        return procs
 
     # --- where things are ---
     def endpoint(self) -> Endpoint:
@@ -210,8 +202,8 @@ class KServeStack(VllmStack):
                         model=self.settings.served_model_name)
 
     def metric_endpoints(self) -> dict[str, str]:
-        api = {"api": f"http://127.0.0.1:{self.port}/metrics"}  # KServe serves /metrics at its root
-        return {**api, "engine": f"{self.engine.endpoint().base_url}/metrics"} if self.engine is not None else api
+        # KServe serves /metrics at its root, not under its OpenAI routes
+        return {**super().metric_endpoints(), "api": f"http://127.0.0.1:{self.port}/metrics"}
 
     def shape(self) -> str:
         return f"{self.mode} mode"
@@ -231,7 +223,7 @@ class KServeStack(VllmStack):
                 }[self.mode]
 
     def log_locations(self) -> dict[str, Path]:
-        return {"engine": (self.engine.log_path if self.engine is not None else self.log_path)}
+        return {**super().log_locations(), **({} if self.engine is not None else {"engine": self.log_path})}
 
     # --- what runs ---
     def applied_file(self) -> dict:
@@ -241,27 +233,19 @@ class KServeStack(VllmStack):
             return {}
 
     def verify_config(self) -> AppliedConfig:
-        if self.mode != "inprocess":
-            return super().verify_config() if self.engine is None else self.engine.verify_config()
-        cfg = super().verify_config()  # KV cache and concurrency from vLLM's log lines in KServe's log
-        cfg.max_model_len = self.applied_file().get("max_model_len")  # KServe's model list does not carry it
+        cfg = super().verify_config()  # proxy: the bare vLLM's; else KV cache and concurrency from vLLM's log lines
+        if self.mode == "inprocess":
+            cfg.max_model_len = self.applied_file().get("max_model_len")  # KServe's model list does not carry it
         return cfg
 
     def engine_version(self) -> str:
-        if self.engine is not None:
-            return self.engine.engine_version()
         if self.mode == "inprocess":
             return self.applied_file().get("vllm_version") or installed_vllm_version(self.venv)
         return super().engine_version()
 
-    def baseline(self) -> Stack:
-        return VllmStack(self.settings.model_copy(update={"options": {}}), venv=self.venv)
-
     def describe(self) -> dict:
         extra = {"manifests": str(self.settings.log_dir / "manifests" / "kserve-raw.yaml")} if self.mode == "raw" \
             else {"server_config": str(self.config_path)}
-        if self.engine is not None:
-            extra["upstream"] = self.engine.describe()
         return {**super().describe(), "mode": self.mode, "mode_means": MODES[self.mode], **extra}
 
 

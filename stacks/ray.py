@@ -23,21 +23,20 @@ from rich.console import Console
 
 from harness.errors import LayerbenchError
 from harness.redact import redact_tree, secret_values
-from stacks.base import DeploySettings, PublishedResult, Stack, StackOptions, register
-from stacks.local import LocalServerStack
-from stacks.procs import (
-    free_port,
-    log_tail,
-    wait_http_ready,
-)
-from stacks.vllm import (
-    VllmStack,
+from stacks.base import DeploySettings, PublishedResult, StackOptions, register
+from stacks.engine_env import (
     engine_env,
     engine_kwargs,
     engine_python,
     installed_vllm_version,
     model_ref,
     settings_from_kwargs,
+)
+from stacks.local import LocalServerStack
+from stacks.procs import (
+    free_port,
+    log_tail,
+    wait_http_ready,
 )
 
 DRIVER = Path(__file__).resolve().parent.parent / "scripts" / "ray_serve_app.py"
@@ -62,6 +61,9 @@ LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 @register
 class RayStack(LocalServerStack):
     kind = "ray"
+    docker_form = "stacks.k8s.docker_forms:ray"
+    k8s_form = "stacks.k8s.render_ray:render_ray"
+    k8s_crds = (("ray.io", "RayService", "v1"),)
     in_request_path = True
     description = "Ray Serve LLM (proxy -> OpenAiIngress -> LLMServer) on a private local Ray"
     server_name = "Ray Serve"
@@ -186,9 +188,6 @@ class RayStack(LocalServerStack):
         return PublishedResult(concurrency=64, delta_pct=-70.0, verdict="overhead",
                                source="The single-GPU study of Ray Serve LLM (2 ingress replicas)") \
             if self.options.ingress_replicas == 2 else None
-
-    def baseline(self) -> Stack:
-        return VllmStack(self.settings.model_copy(update={"options": {}}))
 
     def describe(self) -> dict:
         return {**super().describe(), "options": self.opts, "temp_dir": str(self.temp_dir),

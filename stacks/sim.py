@@ -22,6 +22,7 @@ from pydantic import BaseModel, create_model
 from rich.console import Console
 
 from stacks.base import PROJECT_ROOT, AppliedConfig, DeploySettings, Endpoint, Stack, StackOptions, register
+from stacks.fronted import FrontedEngineStack
 from stacks.procs import ManagedProcess, ensure_port_free, free_port, stop_and_verify, wait_http_ready
 from stacks.refengine.proxy import ProxyConfig
 from stacks.refengine.server import SimConfig
@@ -81,8 +82,7 @@ class SimStack(Stack):
         e = settings.engine
         flags = ["--model", settings.served_model_name, "--max-model-len", str(e.max_model_len),
                  "--max-num-seqs", str(e.max_num_seqs), *_flags(settings.options, SIM_KEYS)]
-        port = self.options.port if self.kind == "sim" else None  # sim-proxy: the port is the proxy's
-        self.engine = _LocalServer("sim", "stacks.refengine.server", settings.log_dir, flags, port)
+        self.engine = _LocalServer("sim", "stacks.refengine.server", settings.log_dir, flags, self.options.port)
         self._up = False
 
     def deploy(self) -> None:
@@ -129,9 +129,7 @@ class SimStack(Stack):
         return time.monotonic() - t0
 
     def dead(self) -> str | None:
-        servers = [self.engine, *([p] if (p := getattr(self, "proxy", None)) else [])]
-        gone = [why for s in servers if self._up and (why := s.proc.exit_reason())]
-        return "; ".join(gone) or None
+        return self.engine.proc.exit_reason() if self._up else None
 
     def processes(self) -> dict[str, list[psutil.Process]]:
         return {"sim": self.engine.proc.tree()}
@@ -141,63 +139,26 @@ class SimStack(Stack):
 
 
 @register
-class SimProxyStack(SimStack):
+class SimProxyStack(FrontedEngineStack):
     kind = "sim-proxy"
     in_request_path = True
+    loads_model = False
     description = "known-overhead proxy in front of the reference engine"
+    server_name = "sim-proxy"
+    front_role = "proxy"
     Options = SimProxyOptions
 
-    def __init__(self, settings: DeploySettings):
-        super().__init__(settings)
-        self.proxy: _LocalServer | None = None
+    def engine_behind(self) -> Stack:
+        """The reference engine with this stack's engine options (the proxy's own go to the front)."""
+        opts = {k: v for k, v in self.settings.options.items() if k in SIM_KEYS}
+        return SimStack(self.settings.model_copy(update={"options": opts}))
 
-    def deploy(self) -> None:
-        super().deploy()
-        flags = ["--upstream-port", str(self.engine.port), *_flags(self.settings.options, PROXY_KEYS)]
-        port = self.options.port
-        self.proxy = _LocalServer("sim-proxy", "stacks.refengine.proxy", self.settings.log_dir, flags, port)
-        self.proxy.start()
-
-    def wait_ready(self, timeout: float, console: Console | None = None) -> float:
-        waited = super().wait_ready(timeout, console)
-        assert self.proxy is not None
-        return waited + self.proxy.wait(timeout, console)
-
-    def teardown(self) -> None:
-        try:
-            if self.proxy is not None:
-                proxy, self.proxy = self.proxy, None
-                proxy.stop()
-        finally:
-            super().teardown()
-
-    def endpoint(self) -> Endpoint:
-        assert self.proxy is not None, "deploy() first"
-        return Endpoint(base_url=self.proxy.url, model=self.settings.served_model_name)
+    def front_command(self, upstream: str) -> tuple[list[str], dict[str, str]]:
+        port = upstream.rsplit(":", 1)[1]
+        return ([sys.executable, "-m", "stacks.refengine.proxy", "--port", str(self.port), "--upstream-port", port,
+                 *_flags(self.settings.options, PROXY_KEYS)], {"PYTHONPATH": str(PROJECT_ROOT)})
 
     def metric_aliases(self) -> tuple[str, ...]:
         opts = self.settings.options
         return (str(opts.get("rename_prefix", ProxyConfig.model_fields["rename_prefix"].default)),) \
             if opts.get("metrics") == "rename" else ()
-
-    def metric_endpoints(self) -> dict[str, str]:
-        # where a user would look (the layer's port) and the engine's own port behind it
-        return {"api": f"{self.endpoint().base_url}/metrics", "engine": f"{self.engine.url}/metrics"}
-
-    def engine_version(self) -> str:
-        if self.proxy is None:  # not deployed: the engine it would run
-            return super().engine_version()
-        try:  # what the layer reports (it passes /version through)
-            return httpx.get(f"{self.endpoint().base_url}/version", timeout=5).json()["version"]
-        except (httpx.HTTPError, ValueError, KeyError):
-            return super().engine_version()
-
-    def baseline(self) -> Stack:
-        opts = {k: v for k, v in self.settings.options.items() if k in SIM_KEYS}
-        return SimStack(self.settings.model_copy(update={"options": opts}))
-
-    def processes(self) -> dict[str, list[psutil.Process]]:
-        procs = super().processes()
-        if self.proxy is not None:
-            procs["proxy"] = self.proxy.proc.tree()
-        return procs

@@ -31,10 +31,7 @@ from stacks.base import (
     StackOptions,
     register,
 )
-from stacks.local import LocalServerStack
-from stacks.procs import free_port, log_tail, running
-from stacks.vllm import (
-    VllmStack,
+from stacks.engine_env import (
     check_model_files,
     engine_env,
     engine_kwargs,
@@ -42,6 +39,8 @@ from stacks.vllm import (
     model_kwargs,
     settings_from_kwargs,
 )
+from stacks.local import LocalServerStack
+from stacks.procs import free_port, log_tail, running
 
 TRITON_VENV = PROJECT_ROOT / ".venv-triton"
 MODEL_PY = PROJECT_ROOT / "scripts" / "triton_vllm_model.py"
@@ -94,10 +93,13 @@ def triton_paths(venv: Path | None = None) -> tuple[Path, Path, Path]:
 @register
 class TritonStack(LocalServerStack):
     kind = "triton"
+    docker_form = "stacks.k8s.docker_forms:triton"
+    k8s_form = "stacks.k8s.render_triton:render_triton"
     in_request_path = True
     description = "Triton Inference Server 2.51, Python backend running vLLM's async engine (decoupled)"
     server_name = "Triton"
     stop_timeout_s = 20.0  # Triton unloads the model (engine shutdown) before it exits
+    engine_venv = TRITON_VENV  # the engine environment's vLLM with numpy<2, as the stub needs; the baseline's too
     Options = TritonOptions
     options: TritonOptions
 
@@ -260,10 +262,6 @@ class TritonStack(LocalServerStack):
         # the study's author called its c=64 result within noise: a repeat of the same server differed ~10% there
         return PublishedResult(concurrency=64, delta_pct=-12.6, verdict="within noise",
                                source="The single-GPU study of Triton's vLLM backend")
-
-    def baseline(self) -> Stack:
-        """Bare vLLM from the Triton environment: the engine environment's vLLM, with numpy<2 as the stub needs."""
-        return VllmStack(self.settings.model_copy(update={"options": {}}), venv=TRITON_VENV)
 
     def describe(self) -> dict:
         return {**super().describe(), "grpc_port": self.grpc_port, "metrics_port": self.metrics_port,

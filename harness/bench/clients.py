@@ -26,7 +26,7 @@ from harness.errors import LayerbenchError
 from harness.prompts import PromptGenerator, new_run_id
 from harness.protocols import CLIENTS as PROTOCOLS
 from harness.runner import run_level
-from stacks.base import ENGINE_VENV, MODEL_DIR, PROJECT_ROOT, DeploySettings
+from stacks.base import ENGINE_VENV, MODEL_DIR, PROJECT_ROOT, DeploySettings, Stack
 from stacks.sim import SimStack
 
 CLIENTS = ("floor", "layerbench", "vllm bench serve")
@@ -159,7 +159,7 @@ RUNNERS = {"layerbench": run_layerbench, "floor": run_floor, "vllm bench serve":
            TRITON: functools.partial(run_layerbench, protocol="triton")}
 
 
-def sim_stack(tmp: Path, cls: type[SimStack] = SimStack, **options) -> SimStack:
+def sim_stack(tmp: Path, cls: type[Stack] = SimStack, **options) -> Stack:
     stack = cls(DeploySettings(log_dir=tmp, options={"max_num_seqs": 1024, **options}))
     stack.deploy()
     stack.wait_ready(30)
@@ -171,7 +171,7 @@ class OtherLoad:
     machine's busy time (/proc/stat, steal included) minus ours. A round measured on a busy machine measures the
     contention too; the report says so instead of charging it to a client."""
 
-    def __init__(self, stack: SimStack):
+    def __init__(self, stack: Stack):
         self.procs = [p for ps in stack.processes().values() for p in ps]
 
     def _sample(self) -> tuple[float, float]:

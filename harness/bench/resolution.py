@@ -27,7 +27,7 @@ def measure(ctx: Context) -> list[dict]:
     task = ctx.progress.add_task("resolution", total=len(LEVELS) * ROUNDS * 3)
     rows = []
     with sim_stack(ctx.tmp, SimProxyStack, ttft_ms=TTFT_MS, itl_ms=ITL_MS) as stack:
-        proxy, direct = stack.endpoint().base_url, stack.engine.url
+        proxy, direct = stack.endpoint().base_url, stack.engine.endpoint().base_url
         for c in LEVELS:
             got: dict[str, list[dict]] = {"direct": [], "off": [], "on": []}
             for _ in range(ROUNDS):

@@ -12,12 +12,11 @@ from typing import Any
 import yaml
 
 from harness.errors import LayerbenchError
-from stacks.base import PROJECT_ROOT, DeploySettings
+from stacks.base import PROJECT_ROOT, DeploySettings, target_form
+from stacks.engine_env import engine_args
 from stacks.k8s.plan import ClusterSettings, label_value
-from stacks.vllm import engine_args
 
 TEMPLATES = PROJECT_ROOT / "manifests"
-K8S_STACKS = ("vllm", "ray", "triton", "kserve")  # the stacks that have a docker and a k8s form
 ROOT_HF_HOME = "/root/.cache/huggingface"  # the HF cache of images that run as root (vLLM, Triton)
 MANAGED_BY = {"app.kubernetes.io/managed-by": "layerbench"}
 _COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -51,9 +50,8 @@ def template(path: str, **values: Any) -> dict[str, Any]:
 
 
 def check_stack(kind: str, target: str) -> None:
-    if kind not in K8S_STACKS:
-        raise LayerbenchError(f"stack {kind} has no {target} form: the {target} target deploys "
-                              f"{', '.join(K8S_STACKS)} (use --target local)")
+    """Refused, naming the stacks that have one, when the stack's adapter names no form for the target."""
+    target_form(kind, target)
 
 
 def object_name(run_id: str, label: str, kind: str) -> str:

@@ -13,29 +13,19 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from harness.errors import LayerbenchError
 from harness.profile import LoadProfile
-from stacks.base import Stack
+from stacks.base import Stack, target_form
 from stacks.k8s.common import (
-    ROOT_HF_HOME,
     Deployed,
     check_stack,
-    engine_env,
-    model_ref,
     object_name,
     served_name,
 )
 from stacks.k8s.images import PROBE_MARKER, VERSION_PROBE
 from stacks.k8s.plan import ClusterSettings, settle
 from stacks.k8s.render import side_labels
-from stacks.k8s.render_kserve import HF_RUNTIME_HOME, OPENAI_PREFIX, hf_objects, kserve_mode, raw_objects
 from stacks.k8s.render_load import load_command, profile_text
-from stacks.k8s.render_ray import RAY_HF_HOME, SERVE_PORT, serve_config
-from stacks.k8s.render_triton import HTTP_PORT, repository_files, server_args
-from stacks.k8s.render_vllm import VLLM_PORT, vllm_image, vllm_server_args
-from stacks.kserve_manifests import POD_PORT, pod_process
 
 PROFILE = "/etc/layerbench/profile.yaml"
 # docker options that would give a measured server or its client privileges or open it beyond its namespace
@@ -64,73 +54,15 @@ class DockerPlan:
     aliases: tuple[str, ...] = ()  # the stack's renamings of vllm:*, for its audit
 
 
-def _server(name: str, cs: ClusterSettings, image: str, args: list[str], hf_home: str,
-            env: dict[str, str], entrypoint: str | None = None, mounts: tuple[str, ...] = ()) -> list[str]:
-    cmd = ["docker", "run", "-d", "--name", name, "--label", "app.kubernetes.io/managed-by=layerbench",
-           "--security-opt", "no-new-privileges", "--cap-drop", "ALL", "--shm-size", cs.shm_size.replace("i", "")]
-    if cs.gpus:
-        cmd += ["--gpus", str(cs.gpus)]
-    cmd += ["-v", f"$HF_CACHE:{hf_home}:ro", *[x for m in mounts for x in ("-v", m)]]
-    for key, value in {**engine_env(hf_home), **env}.items():
-        cmd += ["-e", f"{key}={value}"]
-    if cs.hf_token_secret:  # passed from the invoking shell's environment when it has one
-        cmd += ["-e", "HF_TOKEN"]
-    if entrypoint:
-        cmd += ["--entrypoint", entrypoint]
-    return [*cmd, image, *args]
-
-
 def _side(stack: Stack, cs: ClusterSettings, run_id: str, label: str, plan: DockerPlan) -> tuple[DockerSide, Deployed]:
+    """One side's server as its adapter's docker form renders it (the baseline: bare vLLM's)."""
     kind = "vllm" if label == "baseline" else stack.kind
     name = object_name(run_id, label, kind)
-    model, ready_body = served_name(cs), ""
-    image = {"vllm": vllm_image(cs), "ray": cs.ray_image, "triton": cs.triton_image}.get(kind, vllm_image(cs))
-    if kind == "vllm":
-        run = _server(name, cs, image, ["-m", "vllm.entrypoints.openai.api_server",
-                                                 *vllm_server_args(stack, cs, ROOT_HF_HOME, "127.0.0.1")],
-                      ROOT_HF_HOME, {}, entrypoint="python3")
-        url, ready = f"http://127.0.0.1:{VLLM_PORT}", f"http://127.0.0.1:{VLLM_PORT}/health"
-    elif kind == "kserve" and kserve_mode(stack) == "raw":  # the runtime container's command in the vLLM image
-        ref = model_ref(cs, ROOT_HF_HOME)  # the model from the HF cache where the pod has /mnt/models
-        runtime, isvc = raw_objects(stack, cs.model_copy(update={"kserve_storage": "hf"}), name)
-        cmd, env = pod_process(runtime, isvc, Path(ref.model), POD_PORT)
-        cmd += [f"--revision={ref.revision}"] if ref.revision else []
-        run = _server(name, cs, image, cmd[1:], ROOT_HF_HOME, env, entrypoint=cmd[0])
-        url, ready = f"http://127.0.0.1:{POD_PORT}", f"http://127.0.0.1:{POD_PORT}/health"
-    elif kind == "kserve" and kserve_mode(stack) == "proxy":
-        raise LayerbenchError("stack kserve: mode proxy has no docker form (it needs a second server container "
-                              "beside the engine); use --target k8s or local")
-    elif kind == "kserve":  # KServe's Hugging Face runtime (its server binds 0.0.0.0, inside its own namespace)
-        runtime, isvc = hf_objects(stack, cs, name)
-        container = runtime["spec"]["containers"][0]
-        args = [a.replace("{{.Name}}", name) for a in container["args"]] + isvc["spec"]["predictor"]["model"]["args"]
-        image = cs.kserve_hf_image
-        run = _server(name, cs, image, args, HF_RUNTIME_HOME, {})
-        url, ready = f"http://127.0.0.1:{POD_PORT}{OPENAI_PREFIX}", f"http://127.0.0.1:{POD_PORT}/v1/models/{name}"
-    elif kind == "ray":  # `serve run` starts a private Ray in the container and deploys the app
-        config = {"http_options": {"host": "127.0.0.1", "port": SERVE_PORT}, **serve_config(stack, cs)}
-        plan.files[f"{label}-ray-serve.yaml"] = yaml.safe_dump(config, sort_keys=False)
-        run = _server(name, cs, image, ["serve", "run", "/home/ray/serve.yaml"], RAY_HF_HOME,
-                      {"RAY_USAGE_STATS_ENABLED": "0"},
-                      mounts=(f"$RUN_DIR/{label}-ray-serve.yaml:/home/ray/serve.yaml:ro",))
-        url, ready = f"http://127.0.0.1:{SERVE_PORT}", f"http://127.0.0.1:{SERVE_PORT}/v1/completions"
-        # the ingress answers before the engine replica is up: ready means a real completion goes through
-        ready_body = f'{{"model": "{model}", "prompt": "ready", "max_tokens": 1}}'
-    else:  # triton: the model repository the local stack writes, mounted writable (the model writes applied.json)
-        for path, text in repository_files(stack, cs).items():
-            plan.files[f"{label}-triton-repo/{path}"] = text
-        run = _server(name, cs, image, ["tritonserver", *server_args("/models", "127.0.0.1")], ROOT_HF_HOME,
-                      {"LC_ALL": "C.UTF-8"}, mounts=(f"$RUN_DIR/{label}-triton-repo:/models",))
-        url, ready = f"http://127.0.0.1:{HTTP_PORT}", f"http://127.0.0.1:{HTTP_PORT}/v2/models/{model}/ready"
-    metrics, aliases = {"api": f"{url.split('/openai')[0]}/metrics"}, ()
-    if kind == "ray":  # Ray's metrics agent in the container's network namespace, as the local stack reads it
-        metrics, aliases = {"ray_metrics": "http://127.0.0.1:8080/metrics"}, ("ray_vllm_",)
-    elif kind == "triton":
-        metrics["triton_metrics"] = f"http://127.0.0.1:{HTTP_PORT + 2}/metrics"
-    deployed = Deployed(objects=[], ready=[], url=url, engine_selector=name, metrics=metrics, aliases=aliases,
-                        protocol="triton" if kind == "triton" else "openai", model=model)
-    return DockerSide(label=label, stack=kind, server=name, image=image, run=run, ready=(ready, ready_body),
-                      load=[], engine_image=image), deployed
+    form = target_form(kind, "docker")(stack, cs, name, label, plan.files)
+    deployed = Deployed(objects=[], ready=[], url=form.url, engine_selector=name, metrics=form.metrics,
+                        aliases=form.aliases, protocol=form.protocol, model=served_name(cs))
+    return DockerSide(label=label, stack=kind, server=name, image=form.image, run=form.run,
+                      ready=(form.ready, form.ready_body), load=[], engine_image=form.image), deployed
 
 
 def render_docker(stack: Stack, profile: LoadProfile, cs: ClusterSettings, run_id: str, command: str = "run",

@@ -18,15 +18,13 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from harness.errors import LayerbenchError
+from stacks.base import get_stack
 from stacks.crds import schema_of_crd
 from stacks.crds import validate as crd_validate
 from stacks.k8s.cluster import Cluster
 from stacks.k8s.kubeapi import CUSTOM_PLURALS, api_error, unreachable
 from stacks.k8s.plan import ClusterSettings
 
-STACK_CRDS = {"kserve": [("serving.kserve.io", "InferenceService", "v1beta1"),
-                         ("serving.kserve.io", "ServingRuntime", "v1alpha1")],
-              "ray": [("ray.io", "RayService", "v1")]}
 INSTALL = {"serving.kserve.io": "install KServe", "ray.io": "install the KubeRay operator"}
 RAW_MODES = ("RawDeployment", "Standard")  # KServe >= 0.15 calls RawDeployment "Standard"
 ISVC_CONFIG = "inferenceservice-config"
@@ -87,7 +85,7 @@ def _check_kserve(cluster: Cluster, settings: ClusterSettings) -> None:
 
 def _check_crds(cluster: Cluster, stacks: Iterable[str], objects: list[dict[str, Any]],
                 warnings: list[str]) -> None:
-    wanted = {(g, k): v for s in stacks for g, k, v in STACK_CRDS.get(s, [])}
+    wanted = {(g, k): v for s in stacks for g, k, v in get_stack(s).k8s_crds}
     for o in objects:  # the versions the plan's objects really use win over the defaults above
         group, _, version = str(o.get("apiVersion", "")).rpartition("/")
         if (group, o.get("kind")) in CUSTOM_PLURALS:

@@ -5,7 +5,6 @@ plan.json), which is all `--dry-run` does."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -13,18 +12,14 @@ import yaml
 from harness.barrier import Shard
 from harness.errors import LayerbenchError
 from harness.profile import LoadProfile
-from stacks.base import Stack
+from stacks.base import Stack, target_form
 from stacks.k8s.common import (
     Deployed,
     check_stack,
     object_name,
 )
 from stacks.k8s.plan import ClusterSettings, K8sPlan, Side, settle
-from stacks.k8s.render_kserve import render_kserve
 from stacks.k8s.render_load import load_job, peers_service, profile_configmap
-from stacks.k8s.render_ray import render_ray
-from stacks.k8s.render_triton import render_triton
-from stacks.k8s.render_vllm import render_vllm
 
 
 class _Dumper(yaml.SafeDumper):
@@ -46,10 +41,6 @@ def dump_yaml(documents: list[dict]) -> str:
     return yaml.dump_all(documents, Dumper=_Dumper, sort_keys=False)
 
 
-RENDERERS: dict[str, Callable[..., Deployed]] = {"vllm": render_vllm, "ray": render_ray, "triton": render_triton,
-                                                 "kserve": render_kserve}
-
-
 def side_labels(command: str, baseline: bool = True) -> list[str]:
     """`run` deploys the stack alone; `compare` and `audit` its bare vLLM baseline first; `capacity` the stack,
     and its baseline first with BASELINE=1."""
@@ -59,7 +50,7 @@ def side_labels(command: str, baseline: bool = True) -> list[str]:
 def render_side(stack: Stack, cs: ClusterSettings, run_id: str, label: str) -> tuple[str, Deployed]:
     """(the side's stack kind, what it deploys): the baseline is bare vLLM with the stack's engine settings."""
     kind = "vllm" if label == "baseline" else stack.kind
-    return kind, RENDERERS[kind](stack, cs, run_id, label)
+    return kind, target_form(kind, "k8s")(stack, cs, run_id, label)
 
 
 def render_plan(stack: Stack, profile: LoadProfile, cs: ClusterSettings, run_id: str, command: str = "run",

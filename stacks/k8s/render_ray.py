@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from stacks.base import Stack
+from stacks.engine_env import engine_kwargs
 from stacks.k8s.common import (
     Deployed,
     cache_volume,
@@ -29,7 +30,6 @@ from stacks.k8s.common import (
     template,
 )
 from stacks.k8s.plan import ClusterSettings
-from stacks.vllm import engine_kwargs
 
 RAY_HF_HOME = "/home/ray/.cache/huggingface"  # Ray's images run as the user `ray`
 SERVE_PORT = 8000

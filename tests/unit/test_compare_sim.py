@@ -210,9 +210,9 @@ def test_stack_dying_mid_run_is_reported_and_kept(tmp_path, write_profile, monke
     def kill_proxy_after_first_level(records, c, slo, repeat=0):
         stats = original(records, c, slo, repeat)
         stack = kill_proxy_after_first_level.stack
-        if stack is not None and c == 1 and stack.proxy is not None:
-            os.kill(stack.proxy.proc.pid, signal.SIGKILL)
-            stack.proxy.proc.proc.wait(timeout=10)  # the kill has landed before the health check
+        if stack is not None and c == 1 and stack.proc is not None:  # the proxy, in front of its engine
+            os.kill(stack.proc.pid, signal.SIGKILL)
+            stack.proc.proc.wait(timeout=10)  # the kill has landed before the health check
         return stats
 
     from stacks.sim import SimProxyStack

@@ -147,8 +147,8 @@ def test_harness_and_plugin_agree_on_the_architecture_and_the_switch():
 
 def test_only_the_gpu_like_engine_blocks_its_queue_readers_and_it_runs_locally_only():
     from stacks.base import DeploySettings
+    from stacks.engine_env import engine_env
     from stacks.engine_model import BLOCKING_WAIT_ENV, check_target
-    from stacks.vllm import engine_env
 
     gpu_like = EngineSettings(model="gpu-like", step=STEP)
     assert engine_env(DeploySettings(engine=gpu_like))[BLOCKING_WAIT_ENV] == "1"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 import yaml
 
-import stacks.k8s.render as render
 from harness.cli import main
 from stacks.k8s.plan import K8sPlan
 from stacks.k8s.validate import object_problems
@@ -44,7 +43,9 @@ def test_compare_dry_run_writes_valid_manifests(kind, extra, tmp_path, capsys, m
 
 
 def test_an_invalid_rendering_is_refused_with_every_problem(tmp_path, capsys, monkeypatch):
-    real = render.render_vllm
+    from stacks.k8s import render_vllm
+
+    real = render_vllm.render_vllm
 
     def broken(*args, **kwargs):
         deployed = real(*args, **kwargs)
@@ -54,7 +55,7 @@ def test_an_invalid_rendering_is_refused_with_every_problem(tmp_path, capsys, mo
         deployed.objects[1]["spec"]["selectr"] = {}
         return deployed
 
-    monkeypatch.setitem(render.RENDERERS, "vllm", broken)
+    monkeypatch.setattr(render_vllm, "render_vllm", broken)  # what the vllm adapter's k8s_form names
     rc = main(["run", "--stack", "vllm", "--target", "k8s", "--dry-run", "--results-dir", str(tmp_path)])
     err = capsys.readouterr().err
     assert rc == 2

@@ -11,10 +11,11 @@ import pytest
 from harness.errors import LayerbenchError
 from stacks.base import DeploySettings
 from stacks.crds import validate
+from stacks.engine_env import engine_args, engine_kwargs
 from stacks.kserve import KSERVE_VENV, KServeStack
 from stacks.kserve_manifests import pod_process, render
 from stacks.manifest_policy import check_manifest
-from stacks.vllm import VllmStack, engine_args, engine_kwargs
+from stacks.vllm import VllmStack
 
 
 def objects(**kw):
@@ -75,7 +76,8 @@ def test_kserve_data_plane_modes_run_the_baselines_engine_settings_from_the_kser
     assert spec == {"model": str(settings.model_path), "served_model_name": "tiny",
                     **engine_kwargs(settings, "x")}
     proxy = KServeStack(DeploySettings(log_dir=tmp_path, options={"mode": "proxy"}))
-    assert proxy.server_config()["predictor_url"] == proxy.engine.endpoint().base_url
+    up = proxy.engine.endpoint().base_url
+    assert proxy.server_config(up)["predictor_url"] == up  # the front is told where its engine is
     assert set(proxy.metric_endpoints()) == {"api", "engine"}  # where vllm:* stays: the engine's own port
 
 

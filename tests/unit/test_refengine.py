@@ -166,7 +166,7 @@ def test_saturated_client_triggers_the_warning(sim):
 def test_teardown_frees_ports_and_processes(tmp_path):
     stack = deploy(SimProxyStack, tmp_path)
     pids = [p.pid for ps in stack.processes().values() for p in ps]
-    ports = [stack.engine.port, stack.proxy.port]
+    ports = [stack.engine.engine.port, stack.port]  # the reference engine's, and the proxy's in front of it
     stack.teardown()
     assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
     assert not any(port_in_use(p) for p in ports)

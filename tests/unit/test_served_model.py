@@ -144,7 +144,7 @@ def test_the_engine_config_line_names_model_revision_and_tensor_parallelism():
 
 def test_deploy_settings_carry_the_devices_into_every_stacks_environment(hf_cache):
     from stacks.base import get_stack
-    from stacks.vllm import engine_env
+    from stacks.engine_env import engine_env
 
     m = resolve(EngineSettings(model=REPO), None, [])
     settings = DeploySettings(engine=EngineSettings(model=REPO, tensor_parallel_size=2), model=m, model_path=m.path,

@@ -15,9 +15,10 @@ from harness.profile import EngineSettings
 from harness.server_metrics import summarise
 from stacks import triton
 from stacks.base import DeploySettings
+from stacks.engine_env import engine_args
 from stacks.procs import ManagedProcess
 from stacks.triton import TritonStack
-from stacks.vllm import VllmStack, engine_args
+from stacks.vllm import VllmStack
 
 
 def settings(tmp_path, **options) -> DeploySettings:
