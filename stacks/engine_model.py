@@ -88,14 +88,19 @@ def _served_name(name: str) -> str:
 
 
 def hf_cache_dir() -> Path:
-    from huggingface_hub import constants
-
-    return Path(constants.HF_HUB_CACHE)
+    """huggingface_hub's cache as the environment names it now (the library reads it once, when first imported,
+    so a value set later in the same process would be missed)."""
+    env = os.environ
+    hub = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
+    if hub:
+        return Path(hub).expanduser()
+    home = env.get("HF_HOME") or str(Path(env.get("XDG_CACHE_HOME") or "~/.cache") / "huggingface")
+    return Path(home).expanduser() / "hub"
 
 
 def _hub(repo_id: str, revision: str | None, fetch: bool) -> ServedModel:
     """Resolve `repo_id` at `revision` into the HF cache (downloading it unless offline or fetch=False)."""
-    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (
         GatedRepoError,
         HfHubHTTPError,
@@ -106,7 +111,8 @@ def _hub(repo_id: str, revision: str | None, fetch: bool) -> ServedModel:
 
     requested = revision or "main"
     cache = hf_cache_dir()
-    offline = bool(constants.HF_HUB_OFFLINE)
+    # the environment as it is now: huggingface_hub reads HF_HUB_OFFLINE once, when it is first imported
+    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
     unresolved = ServedModel(source="hub", id=repo_id, requested_revision=requested, hf_cache=cache,
                              served_name=_served_name(repo_id.split("/")[-1]))
     try:

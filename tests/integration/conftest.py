@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pytest
 
 from harness.cli import main
@@ -28,6 +29,22 @@ def small_compare(tmp_path, write_profile) -> Callable[[str], tuple[int, Path, C
         return rc, folder, CompareSummary.model_validate_json((folder / "compare.json").read_text())
 
     return run
+
+
+def deployments(meta: dict, side: str) -> list[dict]:
+    """Every deployment of `side` ("baseline" or "stack") in a run.json: a compare makes one per pair."""
+    found = [d for label, d in meta["deployments"].items() if label.split(" pair ")[0] == side]
+    assert found, (side, list(meta["deployments"]))
+    return found
+
+
+def pids_of(meta: dict, side: str) -> list[int]:
+    return [p for d in deployments(meta, side) for p in d["pids"]]
+
+
+def assert_gone(pids: list[int]) -> None:
+    alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"processes survived teardown: {alive}"
 
 
 def assert_version_matched(s: CompareSummary, log_hint: str) -> None:

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 
-import psutil
 import pytest
 import yaml
 
 from stacks.crds import validate
-from tests.integration.conftest import assert_version_matched
+from tests.integration.conftest import assert_gone, assert_version_matched, deployments, pids_of
 
 pytestmark = pytest.mark.slow
 
@@ -26,14 +25,14 @@ def test_kserve_raw_compare_small(tmp_path, small_compare):
         assert lv.baseline_tok_s > 0 and lv.stack_tok_s > 0 and lv.delta_pct is not None
     # the pod's process: the runtime's flags as rendered, the model path and port substituted, on loopback
     meta = json.loads((run / "run.json").read_text())
-    stack = meta["deployments"]["stack"]
+    stack = deployments(meta, "stack")[0]
     manifests = list(yaml.safe_load_all(open(stack["manifests"])))
     assert [m["kind"] for m in manifests] == ["ServingRuntime", "InferenceService"]
     assert [e for m in manifests for e in validate(m)] == []
     assert not s.runs["stack"].exposed_ports
     # every vllm:* family of the baseline is on the predictor's own /metrics, as the study found
     assert set(s.audit.counts) == {"survives"}, s.audit.counts
-    assert not [p for p in stack["pids"] if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert_gone(pids_of(meta, "stack"))
 
 
 @pytest.mark.parametrize("mode", ["inprocess", "proxy"])
@@ -51,7 +50,7 @@ def test_kserve_data_plane_compare_small(tmp_path, small_compare, mode):
     # KServe's REST server is on 127.0.0.1 (the SDK hard-codes 0.0.0.0) and its gRPC server is off
     assert not s.runs["stack"].exposed_ports
     meta = json.loads((run / "run.json").read_text())
-    stack = meta["deployments"]["stack"]
+    stack = deployments(meta, "stack")[0]
     assert stack["mode"] == mode and (stack["upstream"] if mode == "proxy" else True)
     # where vllm:* went: in-process, the engine's registry is KServe's, so KServe's own /metrics has every
     # family; behind the proxy, only the engine's port has them
@@ -59,4 +58,4 @@ def test_kserve_data_plane_compare_small(tmp_path, small_compare, mode):
     seen = {e.name: e.vllm_families for e in s.audit.endpoints if e.label == "stack"}
     assert base > 0 and seen == ({"api": base} if mode == "inprocess" else {"api": 0, "engine": base}), seen
     assert set(s.audit.counts) == {"survives"}, s.audit.counts
-    assert not [p for p in stack["pids"] if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert_gone(pids_of(meta, "stack"))

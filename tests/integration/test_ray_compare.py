@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 
-import psutil
 import pytest
 
-from tests.integration.conftest import assert_version_matched
+from tests.integration.conftest import assert_gone, assert_version_matched, pids_of
 
 pytestmark = pytest.mark.slow
 
@@ -46,5 +45,5 @@ def test_ray_compare_small(tmp_path, small_compare):
     assert not any(fa.status == "survives" for fa in s.audit.families)  # no vllm:* name reaches the user
     # nothing of Ray is left running
     meta = json.loads((run / "run.json").read_text())
-    pids = meta["deployments"]["stack"]["pids"]
-    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    pids = pids_of(meta, "stack")
+    assert_gone(pids)

@@ -12,7 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from harness.cli import main
@@ -21,6 +20,7 @@ from harness.results import read_jsonl
 from stacks.base import DeploySettings
 from stacks.procs import port_in_use
 from stacks.vllm import VllmStack
+from tests.integration.conftest import assert_gone
 
 pytestmark = pytest.mark.slow
 MAX_MODEL_LEN = 1024  # not vLLM's or our default, so /v1/models proves the setting was applied
@@ -43,11 +43,6 @@ def only_run(results: Path) -> Path:
     runs = [p for p in results.iterdir() if p.is_dir()]
     assert len(runs) == 1, runs
     return runs[0]
-
-
-def assert_gone(pids: list[int]) -> None:
-    alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-    assert not alive, f"processes survived teardown: {alive}"
 
 
 def plant_secrets(monkeypatch, where: Path) -> dict[str, str]:
@@ -179,18 +174,21 @@ def test_aa_compare_deploys_a_second_bare_vllm(tmp_path, write_profile):
     default scrape policy (window boundaries only); the report carries the interval and the steadiness."""
     profile = tiny_profile(write_profile, concurrency=[2], min_duration_s=3, scrape="boundary")
     results = tmp_path / "r"
-    assert main(["compare", "--stack", "vllm", "--profile", str(profile), "--repeats", "2",
+    assert main(["compare", "--stack", "vllm", "--profile", str(profile), "--pairs", "2",
                  "--results-dir", str(results), "--reports-dir", str(tmp_path / "reports")]) == 0
     run = only_run(results)
     meta = json.loads((run / "run.json").read_text())
     deps = meta["deployments"]
-    assert set(deps["baseline"]["pids"]).isdisjoint(deps["stack"]["pids"])  # two deployments, not one
-    assert deps["baseline"]["engine_version"] == deps["stack"]["engine_version"] == "0.32.0"
+    # two pairs in counterbalanced order (AB BA): four deployments, none sharing a process
+    assert list(deps) == ["baseline pair 1", "stack pair 1", "stack pair 2", "baseline pair 2"]
+    pids = [set(d["pids"]) for d in deps.values()]
+    assert all(a.isdisjoint(b) for i, a in enumerate(pids) for b in pids[i + 1:])
+    assert {d["engine_version"] for d in deps.values()} == {"0.32.0"}
     s = json.loads((run / "compare.json").read_text())
-    assert s["scrape_policy"] == "boundary" and s["version_match"]
+    assert s["scrape_policy"] == "boundary" and s["version_match"] and s["pairs"] == 2
     (lv,) = s["levels"]
-    assert lv["ci"]["source"] == "repeats" and lv["ci"]["lo_pct"] <= lv["delta_pct"] <= lv["ci"]["hi_pct"]
-    assert lv["verdict"] in ("within noise", "overhead", "gain")
+    assert lv["ci"]["source"] == "2 deployment pairs" and lv["ci"]["lo_pct"] <= lv["delta_pct"] <= lv["ci"]["hi_pct"]
+    assert lv["verdict"] in ("equivalent", "inconclusive", "overhead", "gain", "host-bound", "client-bound")
     scrapes = read_jsonl(run / "scrapes.jsonl")
     assert scrapes and all(x["phase"] in ("start", "end") for x in scrapes)  # nothing read inside a window
     cores = s["runs"]["baseline"]["cores"]
@@ -201,7 +199,7 @@ def test_aa_compare_deploys_a_second_bare_vllm(tmp_path, write_profile):
     # 2 layers x 2 KV heads x 64 x 4 B (float32) x K and V = 2 KiB a token, 1 GiB of KV cache -> 524,288 tokens
     assert "KV cache: config.json arithmetic vs the engine's startup log" in md
     assert "The engine's startup log agrees with the arithmetic." in md and "| 524,288 | 524,288 |" in md
-    assert_gone(deps["baseline"]["pids"] + deps["stack"]["pids"])
+    assert_gone([p for d in deps.values() for p in d["pids"]])
 
 
 def test_a_compare_serves_a_hub_model_by_repo_id_and_revision_on_both_sides(tmp_path, small_compare, monkeypatch):
@@ -216,11 +214,7 @@ def test_a_compare_serves_a_hub_model_by_repo_id_and_revision_on_both_sides(tmp_
     cache = tmp_path / "hub"
     commit = lay_out(MODEL_DIR, cache, "layerbench/tiny-qwen2")
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    import huggingface_hub.constants as c
-
-    monkeypatch.setattr(c, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(c, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # read when the model is resolved, not when the hub is imported
     rc, run, s = small_compare("vllm", "--model", "layerbench/tiny-qwen2")
     assert rc == 0 and s.status == "complete"
     assert s.model.id == "layerbench/tiny-qwen2" and s.model.revision == commit and s.model.source == "hub"

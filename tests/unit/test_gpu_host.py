@@ -28,6 +28,7 @@ def fake_gpus(monkeypatch):
     def use(**env: str) -> None:
         monkeypatch.setenv("PATH", f"{FAKES}{os.pathsep}{os.environ['PATH']}")
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # the host's own setting: a test sets its own
         for k, v in env.items():
             monkeypatch.setenv(f"FAKE_NVIDIA_SMI_{k.upper()}", v)
         gpus.reset_cache()

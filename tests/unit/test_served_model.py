@@ -30,10 +30,8 @@ def hf_cache(tmp_path, monkeypatch):
         pytest.fail(f"{MODEL_DIR} missing: run `make setup` (make test does) to generate the tiny model")
     cache = tmp_path / "hub"
     commit = lay_out(MODEL_DIR, cache, REPO)
-    import huggingface_hub.constants as c
-
-    monkeypatch.setattr(c, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(c, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     yield cache, commit
 
 
@@ -92,10 +90,8 @@ def gpu_host(monkeypatch):
 
 
 def test_auto_is_the_study_model_on_a_gpu_host_and_tiny_is_refused_there(gpu_host, tmp_path, monkeypatch):
-    import huggingface_hub.constants as c
-
-    monkeypatch.setattr(c, "HF_HUB_CACHE", str(tmp_path))
-    monkeypatch.setattr(c, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     m = resolve(EngineSettings(), gpu_host, [0], fetch=False)  # a dry run: nothing downloaded
     assert (m.id, m.requested_revision, m.path) == (*STUDY_MODEL, None)
     with pytest.raises(LayerbenchError, match="this host has 8 GPU.*Set engine.model: auto"):
