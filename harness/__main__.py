@@ -2,7 +2,7 @@
 
 import sys
 
-from harness.cli import main
+from harness.cli.main import main
 
 code = main()
 # CPython (3.11, measured) run with `-m`: a Ctrl-C that landed while code compiled from a string was running

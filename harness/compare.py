@@ -1,7 +1,8 @@
 """A layer against its version-matched bare vLLM, K deployment pairs of them in counterbalanced order
 (harness.pairs: AB, BA, BA, AB, ...; one at a time, as on a host with one accelerator: each deployment is torn
 down and verified freed before the next starts), the same profile with fresh unique prefixes. Per level: the
-verdicts of throughput, goodput and TTFT p95 with their intervals (harness.deltas, harness.verdict), each side's
+verdicts of throughput, goodput and TTFT p95 with their intervals (harness.analysis.deltas, harness.analysis.verdict),
+each side's
 means, whether it was steady, and where the CPU went, process by process. `compare --stack vllm` is the A/A run:
 bare vLLM against bare vLLM, this host's noise for the profile; every later compare of the profile pools its
 variance in and is floored at it."""
@@ -9,107 +10,32 @@ variance in and is floored at it."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
-from pydantic import BaseModel
 from rich.console import Console
 
-from harness.audit import AuditResult, audit_from_scrapes
-from harness.deltas import LevelDelta, client_bound, judged_levels, level_deltas
-from harness.emulation import stretched_levels
+from harness.analysis.audit import audit_from_scrapes
+from harness.analysis.deltas import client_bound, judged_levels, level_deltas
+from harness.analysis.emulation import stretched_levels
+from harness.analysis.judging import instability
 from harness.errors import LayerbenchError
-from harness.judging import Instability, instability
 from harness.pairs import measure_pairs, pair_order
-from harness.profile import SLO, EmulatedStep, LoadProfile
+from harness.profile import LoadProfile
 from harness.results import RunWriter, read_jsonl
 from harness.resume import ResumePlan, ResumeRefused
+from harness.schemas import (
+    AAReference,
+    AppliedConfig,
+    CompareSummary,
+    LevelDelta,
+    ServedModel,
+)
 from harness.session import Sides
-from harness.sweep import RunSummary
-from harness.verdict import MARGIN, Components
-from stacks.base import AppliedConfig, PublishedResult, ServedModel, Stack
+from stacks.base import Stack
 from stacks.engine_model import study_comparable
 
 __all__ = ["AAReference", "CompareSummary", "LevelDelta", "level_deltas", "latest_aa", "run_compare", "settle"]
-
-
-class AAReference(BaseModel):
-    """The latest A/A compare (bare vLLM vs bare vLLM) of the same profile: this host's noise floor."""
-
-    run_id: str
-    # level (c, or req/s in an open loop) -> (delta %, interval half-width %, verdict)
-    levels: dict[int | float, tuple[float | None, float | None, str]]
-    components: dict[str, Components] = {}  # per endpoint: its variance components (pooled in, and a floor)
-    pairs: int = 0
-
-
-class CompareSummary(BaseModel):
-    run_id: str
-    stack: str
-    baseline_stack: str
-    in_request_path: bool
-    shape: str | None = None  # which form of the stack, where it has several (KServe: "raw mode")
-    published: PublishedResult | None = None  # what a study measured for this shape (the report compares)
-    profile: str
-    repeats: int  # measured sweeps per deployment
-    pairs: int = 1  # deployment pairs
-    order: list[int] = []  # per pair: +1 the baseline was deployed first, -1 the stack
-    margin: float = MARGIN  # the equivalence margin (profile's equivalence_margin)
-    components: dict[str, Components] = {}  # this compare's own variance components per endpoint
-    instability: Instability | None = None
-    left_out: dict[int | float, str] = {}  # levels of the profile not measured, and why (gpu-like calibration)
-    versions: dict[str, str]
-    version_match: bool
-    applied: dict[str, AppliedConfig]
-    settings_match: bool
-    settings_mismatches: list[str]
-    options: dict
-    status: str = "running"
-    failures: dict[str, str] = {}
-    levels: list[LevelDelta] = []
-    audit: AuditResult | None = None
-    wall_s: float | None = None
-    runs: dict[str, RunSummary] = {}
-    aa: AAReference | None = None
-    scrape_policy: str = "boundary"
-    observer_effect: str | None = None  # what the observer benchmark measured for this policy, where it exists
-    placement: str | None = None
-    host_cores: int = 0
-    invocations: int = 1  # how many `compare` / `compare --resume` invocations measured it
-    slo: SLO | None = None  # the profile's, which goodput and the report's capacity are judged by
-    metricless: dict[str, str] = {}  # the stack's Stack.metricless_endpoints(): listed by the audit, not scraped
-    renames: tuple[str, ...] | None = None  # the stack's Stack.metric_aliases(), for reading its scrapes again
-    emulated_step: EmulatedStep | None = None  # the GPU-like engine's configured step (engine.model: gpu-like)
-    model: ServedModel | None = None  # what both sides served: id, resolved revision, config digest
-    devices: list[int] = []  # the GPUs each side was given (the same for both); [] on a host without GPUs
-    gpu_host: dict | None = None  # the host's GPUs (harness.gpus.GpuHost.to_json); None: no GPU
-    target: str = "local"  # where both sides ran: local, k8s or docker
-    cluster: dict | None = None  # k8s/docker: the context, server, namespace, and each side's images and nodes
-
-    @property
-    def on_gpu(self) -> bool:
-        """Measured on a GPU host (the CPU-host readings of the report do not apply)."""
-        return bool(self.devices)
-
-    @property
-    def open_loop(self) -> bool:
-        """Its levels are offered request rates (an open-loop profile)."""
-        return any(lv.rate is not None for lv in self.levels)
-
-    @property
-    def is_aa(self) -> bool:
-        """The same stack on both sides (bare vLLM against bare vLLM): differences are this host's noise."""
-        return self.stack == self.baseline_stack
-
-    @property
-    def measured_repeats(self) -> set[tuple[str, float, int]]:
-        """(side, level, repeat) of every repeat that counts in the figures (not stopped early)."""
-        return {(label, lv.stats.level, lv.stats.repeat) for label, run in self.runs.items() for lv in run.levels
-                if lv.incomplete is None}
-
-    @property
-    def top(self) -> LevelDelta | None:
-        """The highest level with a delta: the one a headline quotes."""
-        return next((lv for lv in reversed(self.levels) if lv.delta_pct is not None), None)
 
 
 def latest_aa(results: Path, profile: str, exclude: str | None = None) -> AAReference | None:
@@ -185,7 +111,8 @@ def check_versions(baseline: Stack, stack: Stack, allow_mismatch: bool) -> dict[
 
 
 def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: Console, repeats: int,
-                allow_mismatch: bool, plan: ResumePlan | None = None) -> CompareSummary:
+                allow_mismatch: bool, plan: ResumePlan | None = None,
+                placement: dict | None = None) -> CompareSummary:
     """profile.pairs deployment pairs in counterbalanced order (harness.pairs), and the verdicts between them.
     plan: a resumed compare; a deployment it measured completely is not made again, the one it stopped in
     continues after its last complete level."""
@@ -219,10 +146,15 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
         summary.status = "failed" if "baseline" in measured.failures else summary.status
         writer.write_json("compare.json", summary.model_dump())
 
+    t0 = time.monotonic()
     measured = measure_pairs(stack, profile.pairs, profile, writer, console, repeats, plan, after_side=keep)
     keep(measured)
     settle(summary, profile, read_jsonl(writer.dir / "scrapes.jsonl"), measured.live, stack.observability_note(),
            allow_mismatch)
+    summary.wall_s = time.monotonic() - t0
+    if placement is not None:  # harness.session.place(profile), as run.json records it
+        summary.placement, summary.host_cores = placement["sentence"], placement["host_cores"]
+    summary.observer_effect = observer_effect(profile.scrape)
     writer.write_json("compare.json", summary.model_dump())
     return summary
 

@@ -2,7 +2,7 @@
 
 Standard library only: `make doctor` and `make setup DRY_RUN=1` run this module with the system Python before
 any environment exists. nvidia-smi is the source (not NVML) because it is what a user checks by hand and what
-every driver install ships; the telemetry sampler reads NVML (harness/gpu_telemetry.py).
+every driver install ships; the telemetry sampler reads NVML (harness/load/gpu_telemetry.py).
 
 Device indices are nvidia-smi's, which follow the PCI bus. CUDA numbers devices fastest-first unless
 CUDA_DEVICE_ORDER=PCI_BUS_ID, so every deployment gets that setting with its CUDA_VISIBLE_DEVICES: the index a

@@ -5,7 +5,7 @@ Why: on a shared host a whole deployment runs faster or slower than the next for
 on the 2-core CPU host: about 12-17% at c <= 8, where its processes land on the cores), and the host drifts.
 Windows inside one deployment cannot see the first, and a baseline always measured first mixes the second into
 the layer's cost. So the deployment is the unit of replication, and the order is balanced so that a linear drift
-cancels in the estimate (harness.verdict.balanced_mean). One sweep per deployment is the cheapest design when a
+cancels in the estimate (harness.analysis.verdict.balanced_mean). One sweep per deployment is the cheapest design when a
 deployment's start costs about as much as a sweep (Kalibera & Jones, "Rigorous benchmarking in reasonable time",
 2013)."""
 
@@ -15,14 +15,15 @@ from collections.abc import Callable
 
 from rich.console import Console
 
-from harness.audit import live_facts, refresh_logs
+from harness.analysis.audit import live_facts, refresh_logs
 from harness.errors import LayerbenchError
-from harness.gpu_telemetry import VramGuard
+from harness.load.gpu_telemetry import VramGuard
 from harness.profile import LoadProfile
 from harness.results import RunWriter
 from harness.resume import ResumePlan, ResumeRefused
+from harness.schemas import RunSummary
 from harness.session import Sides, deploy_and_measure
-from harness.sweep import RunSummary, summary_file
+from harness.sweep import summary_file
 from stacks.base import Stack
 
 ORDER = (1, -1, -1, 1)  # +1: the pair's baseline is deployed first (ABBA, then BAAB, ...)
@@ -50,7 +51,7 @@ def measure_pairs(stack: Stack, pairs: int, profile: LoadProfile, writer: RunWri
                   after_side: Callable[[Sides], None] | None = None) -> Sides:
     """Every deployment of `schedule(stack, pairs)`, each side's windows accumulating in one RunSummary (window
     `repeat` numbers run on across pairs; LevelSummary.pair says which pair). A GPU-like engine's first
-    deployment calibrates the levels this host can emulate (harness.calibrate); the rest measure only those.
+    deployment calibrates the levels this host can emulate (harness.analysis.calibrate); the rest measure only those.
     A baseline deployment that fails stops the compare; a stack deployment that fails is recorded, what was
     measured is kept, and no further deployment is made (nothing more could be paired)."""
     out = Sides()

@@ -3,7 +3,7 @@ both deployments of a compare must share. Built-in profiles live in harness/prof
 
 A profile is closed-loop (levels are `concurrency`: exactly c requests in flight) unless it sets `rates`: then
 it is open-loop, its levels are offered request rates (req/s) and requests are sent on a schedule of `arrival`
-gaps (harness/openloop.py) whatever the server does."""
+gaps (harness/load/openloop.py) whatever the server does."""
 
 from __future__ import annotations
 
@@ -19,6 +19,13 @@ from harness.errors import LayerbenchError
 from harness.models import model_kind
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
+# requests per half of a window's stationarity check (harness.analysis.steady): fewer say nothing of a median
+MIN_HALF = 10
+
+
+def min_requests() -> int:
+    """The fewest requests a level may send: two halves the stationarity check can compare."""
+    return 2 * MIN_HALF
 
 # strict: an int field takes only a YAML integer (lax mode read `concurrency: [true]` as c=1 and "100" as 100);
 # float fields still take integers. No inf/nan: `.inf` for a duration would make a level run forever.
@@ -179,8 +186,6 @@ class LoadProfile(BaseModel):
         """Every level must hold a stationarity split, and under `interval` scraping at least one scrape; open-loop
         fields only with `rates`. By value, not by which fields were given: a recorded profile (run.json, a
         target's profile.yaml) holds every field, defaults included."""
-        from harness.steady import min_requests
-
         if self.rates is not None and self.concurrency != type(self).model_fields["concurrency"].get_default(
                 call_default_factory=True):
             raise ValueError("set either `concurrency` (closed loop: requests in flight) or `rates` (open loop: "

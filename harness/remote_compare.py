@@ -11,13 +11,13 @@ import json
 import time
 from pathlib import Path
 
-from harness.compare import CompareSummary, settle
+from harness.analysis.shards import Merged, PodCount, merge, run_folders
+from harness.compare import settle
 from harness.errors import LayerbenchError
 from harness.profile import LoadProfile
 from harness.results import git_revision, read_jsonl
-from harness.shards import Merged, PodCount, merge, run_folders
-from harness.sweep import RunSummary
-from stacks.base import AppliedConfig, ServedModel, parse_startup_log
+from harness.schemas import AppliedConfig, CompareSummary, RunSummary, ServedModel
+from stacks.base import parse_startup_log
 
 SIDES = ("baseline", "stack")
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.compare import CompareSummary
 from harness.errors import LayerbenchError
 from harness.profile import LoadProfile
 from harness.remote_compare import SIDES, assemble, cluster_model
+from harness.schemas import CompareSummary
 from stacks.base import Stack
 from stacks.engine_model import study_comparable
 
@@ -82,15 +82,15 @@ def conclude(run_dir: Path, status: str | None = None, error: str | None = None)
 
 
 def has_results(run_dir: Path) -> bool:
-    from harness.shards import run_folders
+    from harness.analysis.shards import run_folders
 
     return any(run_folders(run_dir / label) for label in SIDES if (run_dir / label).is_dir())
 
 
 def conclude_capacity(run_dir: Path, stack: str, shape: str | None, profile: LoadProfile, sla) -> object:
     """A cluster capacity search's summary from its sides' own searches (each load Job ran `capacity`)."""
-    from harness.capacity import CapacitySummary
-    from harness.shards import run_folders
+    from harness.analysis.shards import run_folders
+    from harness.schemas import CapacitySummary
 
     summary = CapacitySummary(run_id=run_dir.name, stack=stack, shape=shape, profile=profile.name, sla=sla,
                               scrape_policy=profile.scrape)

@@ -14,6 +14,7 @@ import fcntl
 import json
 import os
 import platform
+import secrets
 import subprocess
 import sys
 import time
@@ -21,6 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import LayerbenchError
+
+
+def new_run_id(label: str = "run") -> str:
+    """Time-ordered and random: two runs started in the same second still get different prefixes."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{label}-{secrets.token_hex(3)}"
 
 RESULTS_DIR = Path("results")
 

@@ -16,7 +16,8 @@ from pydantic import BaseModel, ValidationError
 from harness.errors import LayerbenchError
 from harness.profile import LoadProfile
 from harness.results import git_revision, held_by_another
-from harness.sweep import RunSummary, summary_file
+from harness.schemas import RunSummary
+from harness.sweep import summary_file
 
 SIDES = ("baseline", "stack")
 

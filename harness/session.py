@@ -9,19 +9,20 @@ from dataclasses import dataclass, field
 
 from rich.console import Console
 
-from harness.audit import LiveFacts, live_facts, refresh_logs
+from harness.analysis.audit import live_facts, refresh_logs
 from harness.errors import LayerbenchError
-from harness.gpu_telemetry import VramGuard
+from harness.load.gpu_telemetry import VramGuard
 from harness.profile import LoadProfile
 from harness.results import RunWriter
 from harness.resume import ResumePlan, ResumeRefused
-from harness.sweep import RunSummary, measure, summary_file
+from harness.schemas import LiveFacts, RunSummary
+from harness.sweep import measure, summary_file
 from stacks.base import Stack
 
 
 def place(profile: LoadProfile) -> dict:
     """Client priority and cores before anything is deployed (deployments inherit neither); for run.json."""
-    from harness.placement import apply
+    from harness.load.placement import apply
 
     p = apply(profile.client_nice, profile.client_cpus)
     return {**p.model_dump(), "sentence": p.sentence()}
@@ -51,7 +52,7 @@ def deploy_and_measure(stack: Stack, profile: LoadProfile, writer: RunWriter, la
     waited = stack.wait_ready(stack.settings.startup_timeout_s)
     console.print(f"[green]{label}: {stack.kind} ready[/] in {waited:.1f}s at {stack.endpoint().base_url}")
     if profile.server_placement == "fixed":
-        from harness.placement import fix_threads
+        from harness.load.placement import fix_threads
 
         console.print(fix_threads(sorted(p.pid for ps in stack.processes().values() for p in ps)))
     if open_ports := exposure(stack):

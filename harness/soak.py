@@ -19,11 +19,11 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from harness.client import StreamClient
-from harness.prompts import PromptGenerator, new_run_id
-from harness.results import RunWriter, read_jsonl
-from harness.runner import drive
-from harness.scraper import Scraper
+from harness.load.client import StreamClient
+from harness.load.prompts import PromptGenerator
+from harness.load.runner import drive
+from harness.load.scraper import Scraper
+from harness.results import RunWriter, new_run_id, read_jsonl
 from harness.signals import shielded
 from stacks.base import DeploySettings, get_stack
 

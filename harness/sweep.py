@@ -8,7 +8,6 @@ import asyncio
 import os
 import time
 
-from pydantic import BaseModel
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -19,82 +18,28 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from harness.barrier import Shard
-from harness.calibrate import Calibration, levels_held
-from harness.client import RequestRecord
+from harness.analysis.calibrate import levels_held
+from harness.analysis.server_metrics import summarise
+from harness.analysis.stats import level_stats
 from harness.errors import LayerbenchError
-from harness.gpu_telemetry import GpuSampler, GpuWindow, telemetry_note
-from harness.openloop import run_rate_level, warm_open, warmup_requests
+from harness.load.barrier import Shard
+from harness.load.client import RequestRecord
+from harness.load.gpu_telemetry import GpuSampler, telemetry_note
+from harness.load.levels import Driver
+from harness.load.prompts import PromptGenerator
+from harness.load.protocols import CLIENTS
+from harness.load.runner import LevelRun
+from harness.load.scraper import Scraper
+from harness.load.topology import CoreSampler, engine_binding
 from harness.profile import LoadProfile
-from harness.prompts import PromptGenerator
-from harness.protocols import CLIENTS
 from harness.results import RunWriter
-from harness.runner import ClientHealth, run_level, warm
-from harness.scraper import Scraper
-from harness.server_metrics import ServerLevelMetrics, summarise
-from harness.stats import Dist, LevelStats, level_stats, level_text
-from harness.topology import CoreSampler, ProcessCores, engine_binding
-from stacks.base import AppliedConfig, Stack
-
-
-class LevelSummary(BaseModel):
-    stats: LevelStats
-    client: ClientHealth
-    process_cpu_s: dict[str, float]
-    window_s: float
-    server: ServerLevelMetrics
-    incomplete: str | None = None  # why the level stopped before its end; its figures cover what was sent
-    invocation: int = 0  # 0: the first `compare`, n: the n-th `--resume` of it
-    sent: int | None = None  # requests the load loop started; each one is a line in requests.jsonl
-    part_of: float | None = None  # one load pod's part of the side's level (stacks/k8s load_parallelism)
-    gpu: list[GpuWindow] = []  # NVML (and DCGM) per GPU of the deployment over the window; [] without GPUs
-    pair: int = 0  # a compare's deployment pair that measured it (0: the first)
-
-
-class RunSummary(BaseModel):
-    run_id: str
-    label: str  # "baseline" / "stack" in a compare, the stack name otherwise
-    stack: str
-    engine_version: str
-    applied: AppliedConfig
-    profile: str
-    status: str = "running"
-    levels: list[LevelSummary] = []
-    scrapes: int = 0
-    scrape_gaps: int = 0
-    scrape_gap_reasons: dict[str, int] = {}  # "http 500", "timeout", "connection", "unparsable" -> count
-    stopped: str | None = None  # where and why the sweep ended early (died, unreachable, interrupted)
-    exposed_ports: list[str] = []  # listening sockets of the deployment beyond loopback
-    scrape_policy: str = "interval"
-    scrape_ms: Dist = Dist()  # how long the metric endpoints took to answer
-    warmup_sweep: bool = False
-    # levels by their key (LevelStats.level): concurrencies, or offered rates (req/s) in an open loop
-    client_saturated_levels: list[int | float] = []
-    client_starved_levels: list[int | float] = []
-    not_steady_levels: list[int | float] = []
-    off_schedule_levels: list[float] = []  # open loop: the client could not keep to the schedule (stats.off_schedule)
-    cores: dict[str, ProcessCores] = {}  # process label -> allowed cores and where its threads ran
-    engine_binding: list[str] = []  # the engine's thread binding, from its startup log
-    sampler_cpu_pct: float | None = None  # the core sampler's own CPU, % of one core
-    layer_notes: dict[str, str] = {}  # the stack's own per-level figures (LevelSummary.server.layer): what each is
-    gpu_telemetry: str | None = None  # how the GPU figures were read (None: a host without GPUs)
-    devices: list[int] = []  # the GPUs the deployment was given; [] on a host without GPUs
-    calibration: Calibration | None = None  # gpu-like: the levels this host held the emulated step at
-
-    @property
-    def open_loop(self) -> bool:
-        return any(lv.stats.rate is not None for lv in self.levels)
-
-    def add(self, lv: LevelSummary) -> None:
-        """Append a measured level and note its troubles by level (concurrency, or rate in an open loop)."""
-        self.levels.append(lv)
-        c = lv.stats.level
-        for flag, where in ((lv.client.saturated, self.client_saturated_levels),
-                            (lv.client.starved, self.client_starved_levels),
-                            (lv.stats.steady.steady is False, self.not_steady_levels),
-                            (lv.stats.off_schedule is not None, self.off_schedule_levels)):
-            if flag and c not in where:
-                where.append(c)
+from harness.schemas import (
+    Dist,
+    LevelSummary,
+    RunSummary,
+    level_text,
+)
+from stacks.base import Stack
 
 
 def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunSummary,
@@ -105,190 +50,192 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
     its concurrency, or its rate in an open-loop profile (LevelStats.level). shard: this process's part of a
     side's load (one of several load pods); each record names the level it is part of. first_repeat, pair: a
     compare's later deployment of this side numbers its windows after the earlier ones'. calibrate: a GPU-like
-    engine's first deployment finds the levels this host holds the emulated step at (harness.calibrate) from its
-    warmup sweep, and measures only those."""
-    ep = stack.endpoint()
-    tok = stack.settings.model_path / "tokenizer.json"
-    part = shard.part if shard else (lambda n: n)
-    gen = PromptGenerator(writer.run_id, f"{summary.label}:{stack.kind}" + (f":pod{shard.index}" if shard else ""),
-                          profile.input_tokens, tok if tok.exists() else None)
-    current = [0.0]  # the level being measured (its whole, where this process sends a part of it)
-    client = CLIENTS[ep.protocol](ep.base_url, ep.model, api=profile.api, max_tokens=profile.output_tokens,
-                                  ignore_eos=profile.ignore_eos, timeout_s=profile.request_timeout_s)
-    first_waves: dict[int, list[RequestRecord]] = {}  # calibrate: each level's warmup wave
-
-    def on_record(rec: RequestRecord) -> None:
-        if calibrate and rec.phase == "warmup-sweep":
-            first_waves.setdefault(rec.level, []).append(rec)
-        d = rec.to_json()
-        d["label"], d["invocation"] = summary.label, invocation
-        if shard is not None:
-            d["part_of"], d["pod"] = current[0], shard.index
-        writer.request(d)
-
-    levels = profile.levels()
-    open_loop = profile.open_loop
-    seed = profile.seed if profile.seed is not None else writer.run_id  # both sides of a compare: the same arrivals
-    if shard is not None:  # each pod a Poisson stream of rate/N with a seed of its own: together, the level's
-        seed = f"{seed}:pod{shard.index}"
-    n_repeats = repeats or profile.repeats
-    scraper = Scraper(stack.metric_endpoints(), profile.scrape_interval_s, writer.dir / "scrapes.jsonl",
-                      tags={"label": summary.label}, policy=profile.scrape)
-    summary.scrape_policy, summary.warmup_sweep = profile.scrape, profile.warms_every_level()
-    labels: dict[int, str] = {os.getpid(): "load client"}
-    sampler = CoreSampler([os.getpid()], writer.dir / f"cores-{summary.label}.raw.json")
-    gpus = GpuSampler(stack.settings.devices, writer.dir / f"gpu-{summary.label}.jsonl")
-    summary.gpu_telemetry, summary.devices = telemetry_note(stack.settings.devices), list(stack.settings.devices)
-    window = [0.0]  # when the current level's measured window opened (monotonic s)
-    scrape_ms: list[float] = []
-    before = (summary.scrapes, summary.scrape_gaps, dict(summary.scrape_gap_reasons))  # earlier invocations
-
-    def count_scrapes() -> None:
-        summary.scrapes, summary.scrape_gaps = before[0] + scraper.count, before[1] + scraper.gaps
-        summary.scrape_gap_reasons = {k: before[2].get(k, 0) + scraper.gap_reasons.get(k, 0)
-                                      for k in {*before[2], *scraper.gap_reasons}}
-
+    engine's first deployment finds the levels this host holds the emulated step at (harness.analysis.calibrate)
+    from its warmup sweep, and measures only those."""
+    run = SweepRun(stack, profile, writer, summary, invocation, shard, pair, calibrate)
+    reps = range(first_repeat, first_repeat + (repeats or profile.repeats))
     writer.write_meta(phase=f"{summary.label}: starting the metric scraper and core sampler")
-    where = "the start"
     try:
-        with scraper, sampler, gpus, Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[errors]}"),
-            console=console,
-        ) as progress:
-            # the whole side in one bar, with its ETA and the requests failed so far: a run going wrong shows early
-            reps = range(first_repeat, first_repeat + n_repeats)
-            planned = [(rep, c) for rep in reps for c in levels if (rep, c) not in skip]
-            total = sum(profile.requests_for(c) for _, c in planned)
-            overall = progress.add_task(f"{summary.label} {stack.kind} overall", errors="", total=total)
-            failed, finished = [0], [0]
-            if scraper.pid:
-                labels[scraper.pid] = "scraper"
-            if gpus.pid:
-                labels[gpus.pid] = "GPU sampler"
-            dead = stack.dead if stack.cheap_liveness else None
+        with run.scraper, run.sampler, run.gpus, _progress(console) as progress:
+            run.start(progress, [(rep, c) for rep in reps for c in profile.levels() if (rep, c) not in skip])
             if summary.warmup_sweep:  # a compiled engine meets every batch shape before anything is measured
-                writer.write_meta(phase=f"{summary.label}: warmup sweep")
-                task = progress.add_task(f"{summary.label} {stack.kind} warmup sweep", total=len(levels), errors="")
-                for c in levels:
-                    where = f"the warmup sweep, {level_text(c, open_loop)}"
-                    waves = max(1, profile.warmup_waves)
-                    current[0] = c
-                    if shard is not None:
-                        shard.sync(f"warmup {c}")
-                    if open_loop:
-                        n_warm = part(warmup_requests(c, waves, profile.requests_for(c)))
-                        why = asyncio.run(warm_open(client, gen, c / (shard.count if shard else 1), n_warm,
-                                                    profile.arrival, seed, on_record, dead))
-                    else:
-                        why = asyncio.run(warm(client, gen, part(int(c)), waves, on_record, dead))
-                    if why:
-                        summary.stopped = f"warmup sweep at {level_text(c, open_loop)}: {why}"
-                        _save(writer, summary)
-                        raise LayerbenchError(f"{summary.label} {stack.kind} stopped during the warmup sweep: {why}")
-                    progress.advance(task)
-                if calibrate and profile.engine.step is not None:
-                    summary.calibration = levels_held(profile.engine.step, first_waves)
-                    levels = [c for c in levels if c in summary.calibration.kept]
-                    if not levels:
-                        _save(writer, summary)
-                        raise LayerbenchError(f"this host cannot emulate the GPU-like step at any level: "
-                                              f"{summary.calibration.text()}")
-                    total = sum(profile.requests_for(c) for rep in reps for c in levels if (rep, c) not in skip)
-                    progress.update(overall, total=total)
+                run.warmup_sweep()
             for rep in reps:
-                for c in levels:
-                    if (rep, c) in skip:
-                        continue
-                    n = part(profile.requests_for(c))
-                    where = level_text(c, open_loop) + (f" pair {pair + 1}" if pair else "") + (
-                        f" rep {rep - first_repeat + 1}/{n_repeats}" if n_repeats > 1 else "")
-                    current[0] = c
-                    if shard is not None:
-                        shard.sync(f"level {rep} {c}")
-                    writer.write_meta(phase=f"{summary.label}: {where}")
-                    task = progress.add_task(f"{summary.label} {stack.kind} {where}", total=n, errors="")
-                    done = [0]
-
-                    def advance(rec: RequestRecord, t=task, done=done, n=n) -> None:
-                        # a level may outrun its request count (min_duration_s): grow the bar instead of overflowing
-                        done[0] += 1
-                        progress.update(t, completed=done[0], total=max(done[0], n))
-                        if not rec.ok:
-                            failed[0] += 1
-                        finished[0] += 1
-                        progress.update(overall, completed=finished[0], total=max(total, finished[0]),
-                                        errors=f"[red]{failed[0]} failed[/]" if failed[0] else "0 failed")
-
-                    scraper.level = c
-
-                    def opened(c=c) -> None:
-                        scraper.mark(c, "start")
-                        window[0] = time.monotonic()
-
-                    if open_loop:
-                        run = asyncio.run(run_rate_level(
-                            client, gen, c / (shard.count if shard else 1), n, arrival=profile.arrival, seed=seed,
-                            repeat=rep,
-                            warmup_waves=profile.warmup_waves, on_record=on_record, on_progress=advance,
-                            process_cpu=stack.process_cpu, on_measure_start=opened, dead=dead,
-                        ))
-                    else:
-                        run = asyncio.run(run_level(
-                            client, gen, part(int(c)), n, repeat=rep, warmup_waves=profile.warmup_waves,
-                            min_duration_s=profile.min_duration_s, on_record=on_record,
-                            on_progress=advance, process_cpu=stack.process_cpu,
-                            on_measure_start=opened, dead=dead,
-                        ))
-                    closed = time.monotonic()
-                    if not run.aborted:
-                        scraper.mark(c, "end")
-                    scraper.level = None
-                    labels.update({pid: label for pid, (label, _) in stack.process_cpu().items()})
-                    level_scrapes = [s for s in scraper.new_scrapes() if s["level"] == c]
-                    scrape_ms += [s["dur_ms"] for s in level_scrapes if s.get("dur_ms") is not None]
-                    progress.update(task, total=len(run.records), completed=len(run.records))
-                    gone = stack.dead()
-                    # dead after a level whose requests failed to reach it (or, behind a layer that outlives
-                    # its engine, were answered with errors): it died during the level, faster than the watch
-                    # looks (0.25 s); a level whose every request succeeded was whole
-                    cut = gone and any(r["error"] in ("connect", "disconnect", "server_error")
-                                       or str(r["error"]).startswith("http_5") for r in run.records)
-                    incomplete = run.aborted or (f"deployment died: {gone}" if cut else None)
-                    if run.records:
-                        records = [RequestRecord.from_json(r) for r in run.records]
-                        if open_loop:
-                            stats = level_stats(records, 0, profile.slo, repeat=rep, rate=c)
-                        else:
-                            stats = level_stats(records, c, profile.slo, repeat=rep)
-                        server = summarise(level_scrapes, stack.metric_aliases(), stack.layer_metrics())
-                        summary.add(LevelSummary(stats=stats, client=run.client, process_cpu_s=run.process_cpu_s,
-                                                 window_s=run.window_s, server=server, incomplete=incomplete,
-                                                 invocation=invocation, sent=run.sent,
-                                                 gpu=gpus.window(window[0], closed),
-                                                 part_of=c if shard is not None else None, pair=pair))
-                    count_scrapes()
-                    summary.scrape_ms = Dist.of(scrape_ms)
-                    why = run.aborted or gone
-                    if why:
-                        summary.stopped = f"{where}: {why}"
-                    _save(writer, summary)
-                    if why:  # measured so far is on disk; stop and say so
-                        raise LayerbenchError(f"{summary.label} {stack.kind} stopped at {where}: {why}")
+                for c in run.levels:
+                    if (rep, c) not in skip:
+                        run.level(rep, c, len(reps), first_repeat)
     except KeyboardInterrupt:  # wherever it lands: the summary says where the sweep stopped
-        summary.stopped = f"interrupted by Ctrl-C / SIGTERM at {where}"
+        summary.stopped = f"interrupted by Ctrl-C / SIGTERM at {run.where}"
         _save(writer, summary)
         raise
-    summary.cores, summary.sampler_cpu_pct = sampler.result(labels), sampler.self_cpu_pct()
-    sampler.out_path.unlink(missing_ok=True)
-    for path in stack.log_locations().values():
-        if path.exists() and (found := engine_binding(path.read_text(errors="replace"))):
-            summary.engine_binding = found
-            break
-    scraper.new_scrapes()
-    count_scrapes()
-    _save(writer, summary)  # with where every process ran: a resumed compare reads this back
+    run.finish()
     return summary
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[errors]}"), console=console)
+
+
+class SweepRun:
+    """One side's sweep in progress: what it sends with, what watches it, and what it has written so far."""
+
+    def __init__(self, stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunSummary, invocation: int,
+                 shard: Shard | None, pair: int, calibrate: bool):
+        self.stack, self.profile, self.writer, self.summary = stack, profile, writer, summary
+        self.invocation, self.shard, self.pair, self.calibrate = invocation, shard, pair, calibrate
+        ep = stack.endpoint()
+        tok = stack.settings.model_path / "tokenizer.json"
+        gen = PromptGenerator(writer.run_id, f"{summary.label}:{stack.kind}" + (f":pod{shard.index}" if shard else ""),
+                              profile.input_tokens, tok if tok.exists() else None)
+        client = CLIENTS[ep.protocol](ep.base_url, ep.model, api=profile.api, max_tokens=profile.output_tokens,
+                                      ignore_eos=profile.ignore_eos, timeout_s=profile.request_timeout_s)
+        seed = profile.seed if profile.seed is not None else writer.run_id  # both sides: the same arrivals
+        if shard is not None:  # each pod a Poisson stream of rate/N with a seed of its own: together, the level's
+            seed = f"{seed}:pod{shard.index}"
+        self.driver = Driver(client, gen, profile, seed, shard, stack.dead if stack.cheap_liveness else None)
+        self.levels = profile.levels()
+        self.scraper = Scraper(stack.metric_endpoints(), profile.scrape_interval_s, writer.dir / "scrapes.jsonl",
+                               tags={"label": summary.label}, policy=profile.scrape)
+        self.sampler = CoreSampler([os.getpid()], writer.dir / f"cores-{summary.label}.raw.json")
+        self.gpus = GpuSampler(stack.settings.devices, writer.dir / f"gpu-{summary.label}.jsonl")
+        summary.scrape_policy, summary.warmup_sweep = profile.scrape, profile.warms_every_level()
+        summary.gpu_telemetry, summary.devices = telemetry_note(stack.settings.devices), list(stack.settings.devices)
+        self.labels: dict[int, str] = {os.getpid(): "load client"}
+        self.first_waves: dict[int, list[RequestRecord]] = {}  # calibrate: each level's warmup wave
+        self.current = 0.0  # the level being measured (its whole, where this process sends a part of it)
+        self.where = "the start"
+        self.scrape_ms: list[float] = []
+        self.before = (summary.scrapes, summary.scrape_gaps, dict(summary.scrape_gap_reasons))  # earlier invocations
+        self.failed = self.finished = 0
+
+    def on_record(self, rec: RequestRecord) -> None:
+        if self.calibrate and rec.phase == "warmup-sweep":
+            self.first_waves.setdefault(rec.level, []).append(rec)
+        d = rec.to_json()
+        d["label"], d["invocation"] = self.summary.label, self.invocation
+        if self.shard is not None:
+            d["part_of"], d["pod"] = self.current, self.shard.index
+        self.writer.request(d)
+
+    def start(self, progress: Progress, planned: list[tuple[int, float]]) -> None:
+        """The whole side in one bar, with its ETA and the requests failed so far: a run going wrong shows early."""
+        self.progress, self.planned = progress, planned
+        self.total = sum(self.profile.requests_for(c) for _, c in planned)
+        self.overall = progress.add_task(f"{self.summary.label} {self.stack.kind} overall", errors="", total=self.total)
+        if self.scraper.pid:
+            self.labels[self.scraper.pid] = "scraper"
+        if self.gpus.pid:
+            self.labels[self.gpus.pid] = "GPU sampler"
+
+    def warmup_sweep(self) -> None:
+        s = self.summary
+        self.writer.write_meta(phase=f"{s.label}: warmup sweep")
+        task = self.progress.add_task(f"{s.label} {self.stack.kind} warmup sweep", total=len(self.levels), errors="")
+        for c in self.levels:
+            self.where, self.current = f"the warmup sweep, {level_text(c, self.profile.open_loop)}", c
+            if self.shard is not None:
+                self.shard.sync(f"warmup {c}")
+            why = asyncio.run(self.driver.warm(c, self.on_record))
+            if why:
+                s.stopped = f"warmup sweep at {level_text(c, self.profile.open_loop)}: {why}"
+                _save(self.writer, s)
+                raise LayerbenchError(f"{s.label} {self.stack.kind} stopped during the warmup sweep: {why}")
+            self.progress.advance(task)
+        if self.calibrate and self.profile.engine.step is not None:
+            self._calibrated()
+
+    def _calibrated(self) -> None:
+        """Only the levels whose emulated step this host held in the warmup sweep are measured."""
+        assert self.profile.engine.step is not None
+        cal = self.summary.calibration = levels_held(self.profile.engine.step, self.first_waves)
+        self.levels = [c for c in self.levels if c in cal.kept]
+        if not self.levels:
+            _save(self.writer, self.summary)
+            raise LayerbenchError(f"this host cannot emulate the GPU-like step at any level: {cal.text()}")
+        self.total = sum(self.profile.requests_for(c) for _, c in self.planned if c in self.levels)
+        self.progress.update(self.overall, total=self.total)
+
+    def level(self, rep: int, c: float, n_repeats: int, first_repeat: int) -> None:
+        """One measured window, its figures added to the summary and written at once."""
+        s, progress, n = self.summary, self.progress, self.driver.requests(c)
+        self.where = level_text(c, self.profile.open_loop) + (f" pair {self.pair + 1}" if self.pair else "") + (
+            f" rep {rep - first_repeat + 1}/{n_repeats}" if n_repeats > 1 else "")
+        self.current = c
+        if self.shard is not None:
+            self.shard.sync(f"level {rep} {c}")
+        self.writer.write_meta(phase=f"{s.label}: {self.where}")
+        task = progress.add_task(f"{s.label} {self.stack.kind} {self.where}", total=n, errors="")
+        done, window = [0], [0.0]
+
+        def advance(rec: RequestRecord) -> None:
+            # a level may outrun its request count (min_duration_s): grow the bar instead of overflowing
+            done[0] += 1
+            progress.update(task, completed=done[0], total=max(done[0], n))
+            self.failed += not rec.ok
+            self.finished += 1
+            progress.update(self.overall, completed=self.finished, total=max(self.total, self.finished),
+                            errors=f"[red]{self.failed} failed[/]" if self.failed else "0 failed")
+
+        def opened() -> None:
+            self.scraper.mark(c, "start")
+            window[0] = time.monotonic()
+
+        self.scraper.level = c
+        run = asyncio.run(self.driver.measure(c, rep, self.on_record, advance, self.stack.process_cpu, opened))
+        closed = time.monotonic()
+        if not run.aborted:
+            self.scraper.mark(c, "end")
+        self.scraper.level = None
+        progress.update(task, total=len(run.records), completed=len(run.records))
+        self._record(rep, c, run, window[0], closed)
+
+    def _record(self, rep: int, c: float, run: LevelRun, opened: float, closed: float) -> None:
+        s, stack = self.summary, self.stack
+        self.labels.update({pid: label for pid, (label, _) in stack.process_cpu().items()})
+        level_scrapes = [x for x in self.scraper.new_scrapes() if x["level"] == c]
+        self.scrape_ms += [x["dur_ms"] for x in level_scrapes if x.get("dur_ms") is not None]
+        gone = stack.dead()
+        # dead after a level whose requests failed to reach it (or, behind a layer that outlives its engine, were
+        # answered with errors): it died during the level, faster than the watch looks (0.25 s); a level whose
+        # every request succeeded was whole
+        cut = gone and any(r["error"] in ("connect", "disconnect", "server_error")
+                           or str(r["error"]).startswith("http_5") for r in run.records)
+        if run.records:
+            records = [RequestRecord.from_json(r) for r in run.records]
+            stats = level_stats(records, 0, self.profile.slo, repeat=rep, rate=c) if self.profile.open_loop \
+                else level_stats(records, int(c), self.profile.slo, repeat=rep)
+            s.add(LevelSummary(stats=stats, client=run.client, process_cpu_s=run.process_cpu_s, window_s=run.window_s,
+                               server=summarise(level_scrapes, stack.metric_aliases(), stack.layer_metrics()),
+                               incomplete=run.aborted or (f"deployment died: {gone}" if cut else None),
+                               invocation=self.invocation, sent=run.sent, gpu=self.gpus.window(opened, closed),
+                               part_of=c if self.shard is not None else None, pair=self.pair))
+        self.count_scrapes()
+        why = run.aborted or gone
+        if why:
+            s.stopped = f"{self.where}: {why}"
+        _save(self.writer, s)
+        if why:  # measured so far is on disk; stop and say so
+            raise LayerbenchError(f"{s.label} {stack.kind} stopped at {self.where}: {why}")
+
+    def count_scrapes(self) -> None:
+        s, sc, (n, gaps, reasons) = self.summary, self.scraper, self.before
+        s.scrapes, s.scrape_gaps = n + sc.count, gaps + sc.gaps
+        s.scrape_gap_reasons = {k: reasons.get(k, 0) + sc.gap_reasons.get(k, 0) for k in {*reasons, *sc.gap_reasons}}
+        s.scrape_ms = Dist.of(self.scrape_ms)
+
+    def finish(self) -> None:
+        """Where every process ran and the engine's thread binding: a resumed compare reads this back."""
+        s = self.summary
+        s.cores, s.sampler_cpu_pct = self.sampler.result(self.labels), self.sampler.self_cpu_pct()
+        self.sampler.out_path.unlink(missing_ok=True)
+        for path in self.stack.log_locations().values():
+            if path.exists() and (found := engine_binding(path.read_text(errors="replace"))):
+                s.engine_binding = found
+                break
+        self.scraper.new_scrapes()
+        self.count_scrapes()
+        _save(self.writer, s)
 
 
 def summary_file(label: str, stack: str) -> str:

@@ -70,7 +70,7 @@ def _run_target(command: str, args: argparse.Namespace, stack: Stack, profile: L
 def _local_plan(command: str, args: argparse.Namespace, stack: Stack, profile: LoadProfile, run_id: str,
                 repeats: int | None, console: Console) -> int:
     from harness.dryrun import build_plan, write_plan
-    from harness.terminal import plan_lines
+    from harness.reporting.terminal import plan_lines
 
     plan = build_plan(command, stack, profile, run_id, repeats)
     path = write_plan(plan, Path(args.results_dir))
@@ -140,10 +140,10 @@ def _finish(command: str, args: argparse.Namespace, out: Path, console: Console,
     from harness.remote_run import conclude, has_results
 
     if command == "compare" and has_results(out):
-        from harness.compare_extras import write_compare_report
-        from harness.cost import price
-        from harness.report import REPORTS_DIR
-        from harness.terminal import compare_summary
+        from harness.analysis.cost import price
+        from harness.reporting.compare_report import write_compare_report
+        from harness.reporting.report import REPORTS_DIR
+        from harness.reporting.terminal import compare_summary
 
         summary = conclude(out, status, error)
         reports = Path(getattr(args, "reports_dir", None) or REPORTS_DIR) / out.name
@@ -201,9 +201,9 @@ def run_capacity(args: argparse.Namespace, stack: Stack, profile: LoadProfile, s
         console.print("dry run: nothing was applied")
         return 0
     rc = _finish("capacity", args, out, console, lambda: run_plan(plan, settings, out, console))
-    from harness.capacity_report import write
-    from harness.cost import price
+    from harness.analysis.cost import price
     from harness.remote_run import conclude_capacity
+    from harness.reporting.capacity_report import write
 
     summary = conclude_capacity(out, stack.kind, stack.shape(), profile, sla)
     report = write(summary, Path(args.reports_dir or "reports") / run_id, price(args.gpu_hourly_usd))

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 from harness.compare import LevelDelta, level_deltas
 from harness.errors import LayerbenchError
 from harness.profile import EngineSettings, LoadProfile
-from harness.sweep import RunSummary
+from harness.schemas import RunSummary
 from stacks.base import DeploySettings, Stack
 
 Kind = Literal["setting", "option"]
@@ -35,7 +35,7 @@ def parse_values(spec: str, what: str) -> tuple[str, list[str]]:
 
 
 def _typed(raw: str) -> str | int | float | bool:
-    from harness.cliutil import parse_options
+    from stacks.base import parse_options
 
     return parse_options([f"v={raw}"])["v"]
 

@@ -65,16 +65,30 @@ def sse(obj) -> str:
     return f"data: {obj.model_dump_json(exclude_none=True)}\n\n"
 
 
+def _max_tokens(llm, request) -> int:
+    """The request's max_tokens; without one, as vLLM's server: whatever the context has left."""
+    if request.max_tokens is not None:
+        return request.max_tokens
+    n_prompt = len(request.prompt) if isinstance(request.prompt, list) else \
+        len(llm.get_tokenizer().encode(request.prompt))
+    return llm.vllm_config.model_config.max_model_len - n_prompt
+
+
+def _whole(final, request_id: str, created: int, name: str):
+    """A non-streamed completion from vLLM's final output."""
+    from kserve.protocol.rest.openai.types import Completion, CompletionChoice, UsageInfo
+
+    out = final.outputs[0]
+    n_in, n_out = len(final.prompt_token_ids or ()), len(out.token_ids)
+    return Completion(id=request_id, created=created, model=name, choices=[CompletionChoice(
+        index=0, text=out.text, finish_reason=out.finish_reason)],
+        usage=UsageInfo(prompt_tokens=n_in, completion_tokens=n_out, total_tokens=n_in + n_out))
+
+
 def inprocess_model(cfg: dict):
     from kserve.protocol.rest.openai import OpenAIGenerativeModel
     from kserve.protocol.rest.openai.errors import create_error_response
-    from kserve.protocol.rest.openai.types import (
-        Completion,
-        CompletionChoice,
-        CompletionChunk,
-        CompletionChunkChoice,
-        UsageInfo,
-    )
+    from kserve.protocol.rest.openai.types import CompletionChunk, CompletionChunkChoice, UsageInfo
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.sampling_params import RequestOutputKind
     from vllm.v1.engine.async_llm import AsyncLLM
@@ -112,13 +126,8 @@ def inprocess_model(cfg: dict):
                 return create_error_response("one prompt per request (text or token ids)", status_code=400)
             assert self.llm is not None
             prompt = request.prompt if isinstance(request.prompt, str) else {"prompt_token_ids": request.prompt}
-            max_tokens = request.max_tokens
-            if max_tokens is None:  # as vLLM's server: whatever the context has left
-                n_prompt = len(request.prompt) if isinstance(request.prompt, list) else \
-                    len(self.llm.get_tokenizer().encode(request.prompt))
-                max_tokens = self.llm.vllm_config.model_config.max_model_len - n_prompt
             try:
-                params = request.to_sampling_params(max_tokens)
+                params = request.to_sampling_params(_max_tokens(self.llm, request))
             except ValueError as e:
                 return create_error_response(str(e), status_code=400)
             params.output_kind = RequestOutputKind.DELTA if request.stream else RequestOutputKind.FINAL_ONLY
@@ -130,11 +139,7 @@ def inprocess_model(cfg: dict):
                 async for res in outputs:  # FINAL_ONLY: one output, the whole completion
                     final = res
                 assert final is not None
-                out = final.outputs[0]
-                n_in, n_out = len(final.prompt_token_ids or ()), len(out.token_ids)
-                return Completion(id=request_id, created=created, model=self.name, choices=[CompletionChoice(
-                    index=0, text=out.text, finish_reason=out.finish_reason)],
-                    usage=UsageInfo(prompt_tokens=n_in, completion_tokens=n_out, total_tokens=n_in + n_out))
+                return _whole(final, request_id, created, self.name)
             usage = bool(request.stream_options and request.stream_options.include_usage)
             return self.stream(outputs, request_id, created, usage)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 # scripts/ is not a package: run from a checkout, the harness next to it is importable without an install
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.browser import BrowserMissing, chromium_driver  # noqa: E402
+from harness.reporting.browser import BrowserMissing, chromium_driver  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

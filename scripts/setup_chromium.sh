@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Debian's chromium and chromium-driver at /usr/bin, for the report's browser test and scripts/screenshot.py
-# (harness/browser.py uses those fixed paths, so Selenium never downloads a browser). Nothing to do when both
+# (harness/reporting/browser.py uses those fixed paths, so Selenium never downloads a browser). Nothing to do when both
 # are there. apt-get update only when the install fails without it: a fresh image's package lists may be empty
 # or stale, but updating costs time on hosts whose lists are fine. Needs root or passwordless sudo.
 # Usage: setup_chromium.sh

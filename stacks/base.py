@@ -1,4 +1,4 @@
-"""The stack adapter contract (DESIGN.md) and the registry that picks an adapter by `kind`.
+"""The stack adapter contract (docs/design.md, docs/adding-a-stack.md) and the registry that picks an adapter by `kind`.
 
 An adapter deploys one serving stack, says where to send load and where to look for metrics and logs,
 reports its engine version and the engine settings really applied, and names its version-matched bare
@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from harness.errors import LayerbenchError
 from harness.profile import EngineSettings
-from harness.server_metrics import LayerMetric
+from harness.schemas import AppliedConfig, LayerMetric, PublishedResult, ServedModel
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CACHE_DIR = PROJECT_ROOT / ".cache"
@@ -29,71 +29,8 @@ ENGINE_VENV = PROJECT_ROOT / ".venv-engine"
 
 class Endpoint(BaseModel):
     base_url: str
-    protocol: Literal["openai", "triton"] = "openai"  # picks the streaming client (harness/protocols.py)
+    protocol: Literal["openai", "triton"] = "openai"  # picks the streaming client (harness/load/protocols.py)
     model: str
-
-
-class AppliedConfig(BaseModel):
-    """What the engine says it applied: /v1/models and the startup log."""
-
-    max_model_len: int | None = None
-    kv_cache_tokens: int | None = None
-    max_concurrency: float | None = None
-    max_concurrency_at_tokens: int | None = None
-    # from vLLM's "Initializing a V1 LLM engine ... with config:" line
-    tensor_parallel_size: int | None = None
-    model: str | None = None  # what the engine loaded: a repo id or a directory
-    revision: str | None = None  # the commit it resolved a repo id to (None for a directory)
-
-
-class ServedModel(BaseModel):
-    """The model both sides of a compare serve, resolved once before anything is deployed (stacks.engine_model):
-    what the profile asked for, the exact files on this host, and the identity the report records."""
-
-    source: Literal["tiny", "gpu-like", "hub", "path"]
-    id: str  # a Hugging Face repo id, the directory as given, or "tiny"
-    revision: str | None = None  # hub: the commit the requested revision resolved to
-    requested_revision: str | None = None  # hub: as the profile named it (a branch, tag or commit)
-    path: Path | None = None  # the files: a snapshot inside the HF cache, or a directory (None: not yet fetched)
-    hf_cache: Path | None = None  # hub: the cache every engine reads it from (HF_HUB_CACHE)
-    config_digest: str | None = None  # sha256 of config.json, first 12 hex digits
-    weights_bytes: int | None = None
-    served_name: str = "tiny"  # the name clients ask for (--served-model-name)
-
-    def text(self) -> str:
-        rev = f" @ {self.revision[:12]}" if self.revision else (
-            f" @ {self.requested_revision} (not resolved yet)" if self.requested_revision else "")
-        return f"{self.id}{rev}" + (f", config {self.config_digest}" if self.config_digest else "")
-
-    def engine_ref(self) -> tuple[str, str | None]:
-        """(what the engine's --model gets, its --revision): a repo id and commit for a hub model, so the engine
-        resolves it through the HF cache exactly as a user's would; else the directory."""
-        if self.source == "hub":
-            return self.id, self.revision or self.requested_revision
-        return str(self.path), None
-
-    def same_files(self, model: str | None, revision: str | None) -> bool:
-        """Whether an engine that reported loading (model, revision) loaded these files."""
-        if model is None:
-            return False
-        if self.source == "hub" and model == self.id:
-            return revision == self.revision
-        snapshot = f"models--{self.id.replace('/', '--')}/snapshots/{self.revision}"
-        if self.source == "hub" and self.revision and model.rstrip("/").endswith(snapshot):
-            return True  # the snapshot's folder, in a cache elsewhere (a pod's mounted HF cache)
-        try:
-            return self.path is not None and Path(model).resolve() == self.path.resolve()
-        except OSError:
-            return False
-
-
-class PublishedResult(BaseModel):
-    """A published measurement of this stack against bare vLLM, which a compare's report holds its run to."""
-
-    concurrency: int
-    delta_pct: float
-    verdict: Literal["overhead", "gain", "within noise"]
-    source: str
 
 
 class DeploySettings(BaseModel):
@@ -121,7 +58,7 @@ class NoOptions(BaseModel):
     @field_validator("*", mode="before")
     @classmethod
     def _as_typed(cls, value: Any, info: ValidationInfo) -> Any:
-        # `--opt` values arrive typed by guess (cli.parse_options): `true` must not pass as the number 1,
+        # `--opt` values arrive typed by guess (parse_options): `true` must not pass as the number 1,
         # and a number given to a text field is the text the user typed
         annotation = cls.model_fields[info.field_name].annotation if info.field_name else None
         if isinstance(value, bool) and annotation is not bool:
@@ -142,6 +79,27 @@ class StackOptions(NoOptions):
     """Options every locally deployed stack accepts."""
 
     port: int | None = Field(None, ge=1, le=65535, description="the API port (default: a free one)")
+
+
+def parse_options(pairs: list[str] | None) -> dict[str, str | int | float | bool]:
+    """--opt key=value (repeatable) -> stack options; numbers and booleans are typed."""
+    out: dict[str, str | int | float | bool] = {}
+    for pair in pairs or []:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise LayerbenchError(f"--opt takes key=value, got {pair!r}")
+        value: str | int | float | bool = raw
+        if raw.lower() in ("true", "false"):
+            value = raw.lower() == "true"
+        else:
+            for cast in (int, float):
+                try:
+                    value = cast(raw)
+                    break
+                except ValueError:
+                    continue
+        out[key.replace("-", "_")] = value
+    return out
 
 
 def validate_options(kind: str, model: type[BaseModel], options: dict[str, Any]) -> BaseModel:

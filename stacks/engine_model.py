@@ -23,7 +23,8 @@ from harness.errors import LayerbenchError
 from harness.gpus import GpuHost
 from harness.models import STUDY_MODEL, model_kind
 from harness.profile import EngineSettings
-from stacks.base import MODEL_DIR, ServedModel
+from harness.schemas import ServedModel
+from stacks.base import MODEL_DIR
 
 GPU_LIKE_ARCHITECTURE = "LayerbenchGpuLikeForCausalLM"  # what engine_plugin/layerbench_gpulike registers
 BLOCKING_WAIT_ENV = "LAYERBENCH_BLOCKING_WAIT"  # the plugin's switch: vLLM's queue readers block, not spin

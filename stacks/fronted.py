@@ -16,7 +16,8 @@ from typing import ClassVar
 import psutil
 from rich.console import Console
 
-from stacks.base import REGISTRY, AppliedConfig, DeploySettings, Stack
+from harness.schemas import AppliedConfig
+from stacks.base import REGISTRY, DeploySettings, Stack
 from stacks.local import LocalServerStack
 from stacks.procs import wait_http_ready
 

@@ -29,17 +29,8 @@ from pydantic import Field
 from rich.console import Console
 
 from harness.errors import LayerbenchError
-from stacks.base import (
-    PROJECT_ROOT,
-    REGISTRY,
-    AppliedConfig,
-    DeploySettings,
-    Endpoint,
-    PublishedResult,
-    Stack,
-    StackOptions,
-    register,
-)
+from harness.schemas import AppliedConfig, PublishedResult
+from stacks.base import PROJECT_ROOT, REGISTRY, DeploySettings, Endpoint, Stack, StackOptions, register
 from stacks.engine_env import (
     check_model_files,
     engine_args,

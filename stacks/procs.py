@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from harness.errors import LayerbenchError
-from harness.placement import deployment_preexec
+from harness.load.placement import deployment_preexec
 from harness.redact import deployment_env
 
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}

@@ -23,7 +23,8 @@ from rich.console import Console
 
 from harness.errors import LayerbenchError
 from harness.redact import redact_tree, secret_values
-from stacks.base import DeploySettings, PublishedResult, StackOptions, register
+from harness.schemas import PublishedResult
+from stacks.base import DeploySettings, StackOptions, register
 from stacks.engine_env import (
     engine_env,
     engine_kwargs,

@@ -21,7 +21,8 @@ import psutil
 from pydantic import BaseModel, create_model
 from rich.console import Console
 
-from stacks.base import PROJECT_ROOT, AppliedConfig, DeploySettings, Endpoint, Stack, StackOptions, register
+from harness.schemas import AppliedConfig
+from stacks.base import PROJECT_ROOT, DeploySettings, Endpoint, Stack, StackOptions, register
 from stacks.fronted import FrontedEngineStack
 from stacks.procs import ManagedProcess, ensure_port_free, free_port, stop_and_verify, wait_http_ready
 from stacks.refengine.proxy import ProxyConfig

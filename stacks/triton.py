@@ -20,17 +20,8 @@ from pydantic import Field
 from rich.console import Console
 
 from harness.errors import LayerbenchError
-from harness.server_metrics import LayerMetric
-from stacks.base import (
-    PROJECT_ROOT,
-    AppliedConfig,
-    DeploySettings,
-    Endpoint,
-    PublishedResult,
-    Stack,
-    StackOptions,
-    register,
-)
+from harness.schemas import AppliedConfig, LayerMetric, PublishedResult
+from stacks.base import PROJECT_ROOT, DeploySettings, Endpoint, Stack, StackOptions, register
 from stacks.engine_env import (
     check_model_files,
     engine_env,

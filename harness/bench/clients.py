@@ -23,9 +23,10 @@ import psutil
 
 from harness.bench.floor import floor_level
 from harness.errors import LayerbenchError
-from harness.prompts import PromptGenerator, new_run_id
-from harness.protocols import CLIENTS as PROTOCOLS
-from harness.runner import run_level
+from harness.load.prompts import PromptGenerator
+from harness.load.protocols import CLIENTS as PROTOCOLS
+from harness.load.runner import run_level
+from harness.results import new_run_id
 from stacks.base import ENGINE_VENV, MODEL_DIR, PROJECT_ROOT, DeploySettings, Stack
 from stacks.sim import SimStack
 

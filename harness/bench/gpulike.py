@@ -4,7 +4,7 @@ the configured step, and does its worker's CPU fall as a worker waiting on its G
 Bare vLLM is deployed twice with the `gpu-like` profile's engine settings: once with the GPU-like model, once with
 the tiny model it wraps (computed on this host's CPU). Each serves LEVELS, one window each, scraped at the window's
 edges only. Measured step: the engine's mean inter-token latency over the window; configured: the profile's step
-for the window's own mix (harness/emulation.py). CPU: the worker's and EngineCore's cores during the window."""
+for the window's own mix (harness/analysis/emulation.py). CPU: the worker's and EngineCore's cores during the window."""
 
 from __future__ import annotations
 
@@ -14,16 +14,17 @@ from pathlib import Path
 
 from rich.progress import Progress, TaskID
 
+from harness.analysis.emulation import ENGINE_CORE, TOLERANCE, WORKER, configured_ms
+from harness.analysis.server_metrics import summarise
 from harness.bench.figures import Verdict
 from harness.bench.section import Context, SectionResult
-from harness.client import StreamClient
-from harness.emulation import ENGINE_CORE, TOLERANCE, WORKER, configured_ms
-from harness.output import fmt, markdown_table
+from harness.load.client import StreamClient
+from harness.load.prompts import PromptGenerator
+from harness.load.runner import run_level
+from harness.load.scraper import Scraper
 from harness.profile import EngineSettings, LoadProfile, load_profile
-from harness.prompts import PromptGenerator, new_run_id
-from harness.runner import run_level
-from harness.scraper import Scraper
-from harness.server_metrics import summarise
+from harness.reporting.format import fmt, markdown_table
+from harness.results import new_run_id
 from stacks.base import DeploySettings, Stack
 
 LEVELS = (1, 16, 64)

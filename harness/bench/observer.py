@@ -21,16 +21,17 @@ from pathlib import Path
 import numpy as np
 from rich.progress import Progress
 
-from harness import placement
+from harness.analysis.stats import level_stats
 from harness.bench.figures import Verdict
 from harness.bench.section import Context, SectionResult
-from harness.client import RequestRecord, StreamClient
-from harness.output import markdown_table
+from harness.load import placement
+from harness.load.client import RequestRecord, StreamClient
+from harness.load.prompts import PromptGenerator
+from harness.load.runner import run_level
+from harness.load.scraper import Scraper
 from harness.profile import load_profile
-from harness.prompts import PromptGenerator, new_run_id
-from harness.runner import run_level
-from harness.scraper import Scraper
-from harness.stats import level_stats
+from harness.reporting.format import markdown_table
+from harness.results import new_run_id
 from stacks.base import DeploySettings
 
 LEVELS = (1, 4, 16)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from harness.bench.figures import Figure, Invalid, Spread, Verdict
 from harness.bench.section import SectionResult
-from harness.output import markdown_table
+from harness.reporting.format import markdown_table
 
 __all__ = ["markdown_table", "signed", "spread", "verdict_line", "page"]
 

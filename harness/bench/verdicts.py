@@ -15,15 +15,18 @@ Few compares per case (each is 2K real deployments), so each rate carries its bi
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from rich.console import Console
 
 from harness.bench.figures import Verdict
 from harness.bench.section import Context, SectionResult
-from harness.output import markdown_table
+from harness.errors import LayerbenchError
+from harness.reporting.format import markdown_table
+from stacks.base import PROJECT_ROOT
 
 SIGMA_D, SIGMA_W, PAIRS = 0.12, 0.09, 4
 COMPARES = 10  # per case
@@ -33,24 +36,22 @@ PROFILE = {"concurrency": [1, 4], "requests": 24, "requests_per_concurrency": 0,
 
 
 def _compare(tmp: Path, name: str, stack: str, opts: list[str], pairs: int = PAIRS) -> dict:
-    """One real compare, quietly; its levels' throughput verdicts."""
+    """One real compare (`layerbench compare` in a process of its own, as a user runs it); its levels' throughput
+    verdicts."""
     import yaml
 
-    from harness import cli
-    from harness.compare import CompareSummary
+    from harness.schemas import CompareSummary
 
     profile = tmp / f"{name}.yaml"
     profile.write_text(yaml.safe_dump(PROFILE))
     results = tmp / "results" / name
-    args = ["compare", "--stack", stack, "--profile", str(profile), "--pairs", str(pairs), "--results-dir",
-            str(results), "--reports-dir", str(tmp / "reports")]
+    args = [sys.executable, "-m", "harness", "compare", "--stack", stack, "--profile", str(profile), "--pairs",
+            str(pairs), "--results-dir", str(results), "--reports-dir", str(tmp / "reports")]
     for o in opts:
         args += ["--opt", o]
-    loud, cli.console = cli.console, Console(quiet=True)  # the section's progress bar is the display
-    try:
-        cli.main(args)
-    finally:
-        cli.console = loud
+    done = subprocess.run(args, capture_output=True, text=True, cwd=PROJECT_ROOT)
+    if done.returncode != 0:
+        raise LayerbenchError(f"a verdict benchmark's compare failed: {done.stderr.strip()[-400:]}")
     run = next(results.iterdir())
     s = CompareSummary.model_validate_json((run / "compare.json").read_text())
     return {"levels": [lv.endpoints["throughput"].model_dump() for lv in s.levels],

@@ -31,12 +31,7 @@ from stacks.k8s import kubeapi
 from stacks.k8s import status as st
 from stacks.k8s.kubeapi import RUN_LABEL, JobFailed, Ref, Unreachable, api_error, unreachable
 from stacks.k8s.plan import Side
-
-
-@dataclass(frozen=True)
-class EngineVersion:
-    version: str
-    source: str  # where it was read: "log of pod x" or "image tag of pod x (vllm/vllm-openai:v0.32.0)"
+from stacks.k8s.status import EngineVersion
 
 
 @dataclass(frozen=True)
@@ -292,23 +287,13 @@ class Cluster:
         pods = self.pods(side.engine_selector)
         if not pods:
             raise LayerbenchError(f"{side.label}: no engine pod matches {side.engine_selector!r}")
-        found: dict[str, EngineVersion] = {}
-        for pod in pods:
-            name = pod["metadata"]["name"]
-            for c in (pod.get("spec") or {}).get("containers") or []:
-                try:  # the version line is at the start: the log's first MiB is enough
-                    text = self.log(name, c["name"], limit_bytes=1 << 20)
-                except ApiException:
-                    continue
-                if version := st.version_in_log(text):
-                    found[name] = EngineVersion(version, f"log of pod {name}")
-                    break
-            containers = (pod.get("spec") or {}).get("containers") or []
-            images = [] if name in found else [c.get("image") or "" for c in containers]
-            for image in images:  # no line in the log (rotated, or an engine whose log is not the pod's)
-                if version := st.version_in_image(image):
-                    found[name] = EngineVersion(version, f"image tag of pod {name} ({image})")
-                    break
+        def first_mib(pod: str, container: str) -> str | None:  # the version line is at the start
+            try:
+                return self.log(pod, container, limit_bytes=1 << 20)
+            except ApiException:
+                return None
+
+        found = {p["metadata"]["name"]: v for p in pods if (v := st.pod_engine_version(p, first_mib)) is not None}
         if not found:
             raise LayerbenchError(f"{side.label}: cannot tell the vLLM version of pods "
                                   f"{', '.join(p['metadata']['name'] for p in pods)}: no 'vLLM API server version' "

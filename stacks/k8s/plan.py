@@ -75,6 +75,9 @@ class ClusterSettings(BaseModel):
                                                  "hf:// (its storage initializer downloads it) or the HF cache PVC")
     ray_head_cpu: str = Field("4", pattern=_QUANTITY, description="Ray head pod (controller, proxy, ingresses)")
     ray_head_memory: str = Field("16Gi", pattern=_QUANTITY)
+    front_cpu: str = Field("4", pattern=_QUANTITY, description="the pod of a layer that is a process in front of "
+                           "the engine (KServe's proxy mode, a gateway, a router)")
+    front_memory: str = Field("8Gi", pattern=_QUANTITY)
     load_cpu: str = Field("2", pattern=_QUANTITY, description="load Job pod")
     load_memory: str = Field("4Gi", pattern=_QUANTITY)
     shm_size: str = Field("8Gi", pattern=_QUANTITY, description="memory-backed /dev/shm of engine pods")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from harness.barrier import Shard
 from harness.errors import LayerbenchError
+from harness.load.barrier import Shard
 from harness.profile import LoadProfile
 from stacks.base import Stack, target_form
 from stacks.k8s.common import (

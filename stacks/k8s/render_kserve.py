@@ -124,7 +124,7 @@ def render_proxy(stack: Stack, cs: ClusterSettings, run_id: str, label: str) -> 
     dep["spec"]["selector"]["matchLabels"] = mine
     pod = dep["spec"]["template"]
     pod["metadata"]["labels"] = mine
-    pod["spec"]["containers"][0].update(resources=resources(cs.ray_head_cpu, cs.ray_head_memory),
+    pod["spec"]["containers"][0].update(resources=resources(cs.front_cpu, cs.front_memory),
                                         securityContext=container_security())
     svc = {"apiVersion": "v1", "kind": "Service", "metadata": metadata(name, cs.namespace, mine),
            "spec": {"type": "ClusterIP", "selector": dict(mine), "ports": [

@@ -16,11 +16,12 @@ from rich.console import Console
 
 from harness.errors import LayerbenchError
 from stacks.k8s import jobresults
-from stacks.k8s.cluster import Cluster, EngineVersion
+from stacks.k8s.cluster import Cluster
 from stacks.k8s.kubeapi import RUN_LABEL, JobFailed
 from stacks.k8s.plan import ClusterSettings, K8sPlan, Side
 from stacks.k8s.preflight import preflight, uses_cache
 from stacks.k8s.probes import probes, run_probes, version_problem
+from stacks.k8s.status import EngineVersion
 
 DEFAULT_JOB_TIMEOUT_S = 6 * 3600.0  # a Job without activeDeadlineSeconds; one with it gets that plus a margin
 

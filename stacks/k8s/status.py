@@ -5,6 +5,7 @@ these functions judge, so the rules are testable on their own and the same for w
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -158,3 +159,23 @@ def version_in_image(image: str) -> str | None:
     repo, _, tag = image.rpartition(":")
     m = _TAG_VERSION.match(tag)
     return m.group(1) if m and "vllm" in repo.rsplit("/", 1)[-1].lower() else None
+
+
+@dataclass(frozen=True)
+class EngineVersion:
+    version: str
+    source: str  # where it was read: "log of pod x" or "image tag of pod x (vllm/vllm-openai:v0.32.0)"
+
+
+def pod_engine_version(pod: dict[str, Any], log: Callable[[str, str], str | None]) -> EngineVersion | None:
+    """An engine pod's vLLM version: from the line vLLM prints at startup in one of its containers' logs (log(pod,
+    container): its text, or None when unreadable), else from the tag of an image whose name says vLLM."""
+    name = pod["metadata"]["name"]
+    containers = (pod.get("spec") or {}).get("containers") or []
+    for c in containers:
+        if (text := log(name, c["name"])) is not None and (version := version_in_log(text)):
+            return EngineVersion(version, f"log of pod {name}")
+    for image in (c.get("image") or "" for c in containers):  # no line in the log (rotated, or not the pod's)
+        if version := version_in_image(image):
+            return EngineVersion(version, f"image tag of pod {name} ({image})")
+    return None

@@ -10,8 +10,8 @@ import signal
 import psutil
 import pytest
 
-from harness.cli import main
-from harness.compare import CompareSummary
+from harness.cli.main import main
+from harness.schemas import CompareSummary
 from tests.faults.conftest import Layerbench, lines, meta, phase_is, run_dir, wait_for
 
 pytestmark = pytest.mark.slow  # the fault suite runs in `make test`; `make test-fast` skips it

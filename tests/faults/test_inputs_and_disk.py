@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from harness.cli import main
+from harness.cli.main import main
 from tests.faults.conftest import Layerbench, lines, meta, run_dir
 
 

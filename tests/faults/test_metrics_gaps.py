@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from harness.cli import main
+from harness.cli.main import main
 from tests.faults.conftest import run_dir
 
 pytestmark = pytest.mark.slow  # the fault suite runs in `make test`; `make test-fast` skips it

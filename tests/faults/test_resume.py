@@ -7,8 +7,8 @@ import signal
 
 import pytest
 
-from harness.cli import main
-from harness.compare import CompareSummary
+from harness.cli.main import main
+from harness.schemas import CompareSummary
 from tests.faults.conftest import Layerbench, lines, meta, phase_is, wait_for
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
+from harness.cli.main import main
 from tests.faults.conftest import SIGNALS, Layerbench, lines, meta, phase_is, run_dir, shm_and_tmp, wait_for
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from harness.cli import main
+from harness.cli.main import main
 from harness.soak import EXPECTED_ERRORS, EXPECTED_GAPS
 
 pytestmark = pytest.mark.slow

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from harness.cli import main
+from harness.cli.main import main
 from stacks.base import DeploySettings
 from stacks.sim import SimStack
 from tests.faults.conftest import Layerbench, lines, meta, phase_is, wait_for

@@ -8,8 +8,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness.cli import main
-from harness.compare import CompareSummary
+from harness.cli.main import main
+from harness.schemas import CompareSummary
 
 ENGINE = {"max_model_len": 1024, "max_num_seqs": 32, "dtype": "float32", "enforce_eager": True}
 OUTPUT_TOKENS = 16

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
+from harness.cli.main import main
 from harness.results import read_jsonl
 from tests.integration.test_vllm_real import ENGINE, only_run
 
@@ -41,7 +41,7 @@ def test_a_compare_leaves_out_the_levels_this_host_cannot_emulate(tmp_path, writ
     """A 4 ms step: the tiny model's own work fits at c=1 (1.6 ms measured here) and not at c=64 (7.8 ms), so
     the first deployment's calibration wave keeps c=1 and leaves c=64 out, saying why; `dtype: fastest` is
     measured and recorded."""
-    from harness.compare import CompareSummary
+    from harness.schemas import CompareSummary
 
     step = {"base_ms": 4.0, "decode_ms_per_token": 0.0, "prefill_ms_per_token": 0.0}
     engine = {**ENGINE, "model": "gpu-like", "step": step, "dtype": "fastest", "enforce_eager": False,

@@ -1,4 +1,5 @@
-"""The HTML report as a reader sees it: opened in headless Chromium (harness/browser.py), it renders, shows every
+"""The HTML report as a reader sees it: opened in headless Chromium (harness/reporting/browser.py), it renders, shows
+every
 plot, fetches nothing (one file you can mail or attach), shows no Markdown and colours its verdicts.
 
 Pages: a committed example's compare report written again through write_report (the real report, from
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from harness.browser import browser_problem, chromium_driver
+from harness.reporting.browser import browser_problem, chromium_driver
 from tests.unit.test_render import IMAGES, TITLE, write_sample
 
 if TYPE_CHECKING:
@@ -80,8 +81,8 @@ def check_page(driver: WebDriver, html: Path, images: int) -> None:
 
 
 def test_compare_report_in_chromium(browser: WebDriver, tmp_path: Path):
-    from harness.compare import CompareSummary
-    from harness.report import write_report
+    from harness.reporting.report import write_report
+    from harness.schemas import CompareSummary
 
     assert EXAMPLES, "no reports/examples/*/summary.json: the browser test has no real report to open"
     summary = EXAMPLES[0]

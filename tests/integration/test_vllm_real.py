@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
+from harness.cli.main import main
 from harness.profile import EngineSettings
 from harness.results import read_jsonl
 from stacks.base import DeploySettings

@@ -3,7 +3,7 @@
 import json
 import socket
 
-from harness.cli import main
+from harness.cli.main import main
 
 
 def run_json(results):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
-from harness.compare import CompareSummary
+from harness.cli.main import main
+from harness.schemas import CompareSummary
 
 
 def compare(tmp_path: Path, write_profile, *opts: str, repeats: int = 1, pairs: int = 2,
@@ -65,7 +65,7 @@ def test_compare_reports_known_overhead_and_renamed_metrics(tmp_path, write_prof
     html = (report / "report.html").read_text()
     assert "**" not in html and "<details><summary>Where the CPU went" in html
     # where the latency went: the proxy's 40 ms are outside the engine, and the engine's own histograms say so
-    from harness.latency_split import split
+    from harness.analysis.latency_split import split
 
     rows = split(s.runs)
     assert [r.level for r in rows] == [1, 4]
@@ -80,7 +80,7 @@ def test_compare_reports_known_overhead_and_renamed_metrics(tmp_path, write_prof
 def rerendered_from_stored_data(run_dir: Path, s: CompareSummary, out: Path) -> None:
     """`layerbench render`: a run stored without the engine's figures gets them back from its scrapes, under the
     stack's recorded renaming; a stored figure is kept; the report is written again."""
-    from harness.rerender import load_compare
+    from harness.reporting.rebuild import load_compare
 
     live = {(label, i): lv.server.engine_ttft_ms for label, run in s.runs.items() for i, lv in enumerate(run.levels)}
     assert s.renames and all(v is not None for v in live.values())
@@ -105,7 +105,7 @@ def rerendered_from_stored_data(run_dir: Path, s: CompareSummary, out: Path) -> 
 @pytest.mark.slow  # seconds each; `make test` runs it, `make test-fast` stays under 2 min
 def test_audit_marks_renamed_and_lost(tmp_path, write_profile):
     # the engine port is scraped too, so point the audit at the layer's port only
-    from harness.audit import audit_from_scrapes
+    from harness.analysis.audit import audit_from_scrapes
     from harness.results import read_jsonl
 
     rc, s, _ = compare(tmp_path, write_profile, "metrics=rename", repeats=1)
@@ -120,7 +120,7 @@ def test_audit_marks_renamed_and_lost(tmp_path, write_profile):
 
 @pytest.mark.slow  # seconds each; `make test` runs it, `make test-fast` stays under 2 min
 def test_hidden_metrics_are_lost_on_the_layer_port(tmp_path, write_profile):
-    from harness.audit import audit_from_scrapes
+    from harness.analysis.audit import audit_from_scrapes
     from harness.results import read_jsonl
 
     rc, s, _ = compare(tmp_path, write_profile, "metrics=hide", repeats=1)

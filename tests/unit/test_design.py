@@ -7,12 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.calibrate import DtypeChoice, fastest_dtype, levels_held
-from harness.client import RequestRecord
+from harness.analysis.calibrate import fastest_dtype, levels_held
+from harness.analysis.stats import steady_window, tokens_between
+from harness.analysis.verdict import balanced_mean, components, holm, judge
+from harness.load.client import RequestRecord
 from harness.pairs import pair_order, schedule
 from harness.profile import EmulatedStep
-from harness.stats import steady_window, tokens_between
-from harness.verdict import Components, balanced_mean, components, holm, judge
+from harness.schemas import Components, DtypeChoice
 from stacks.base import DeploySettings
 from stacks.sim import SimStack
 
@@ -98,7 +99,7 @@ def test_bfloat16_is_kept_only_where_the_cpu_computes_it(tmp_path):
 
 
 def test_endpoints_declared_without_metrics_are_listed_and_never_scraped(tmp_path):
-    from harness.audit import METRICLESS, audit_from_scrapes
+    from harness.analysis.audit import METRICLESS, audit_from_scrapes
     from stacks.ray import RayStack
     from stacks.triton import TritonStack
 

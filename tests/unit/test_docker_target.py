@@ -10,7 +10,7 @@ import subprocess
 import pytest
 import yaml
 
-from harness.cli import main
+from harness.cli.main import main
 from harness.profile import load_profile
 from stacks.base import DeploySettings, get_stack
 from stacks.k8s.common import gpu_engine_args

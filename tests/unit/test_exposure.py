@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.audit import is_loopback
+from harness.analysis.audit import is_loopback
 
 
 @pytest.mark.parametrize(("ip", "loopback"), [

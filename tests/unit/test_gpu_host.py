@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness import gpus
-from harness.cli import main
+from harness.cli.main import main
 from harness.engine_build import choose
 from harness.errors import LayerbenchError
 from harness.models import STUDY_MODEL

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import gpu_telemetry as gt
 from harness.errors import LayerbenchError
+from harness.load import gpu_telemetry as gt
 
 FAKES = Path(__file__).resolve().parents[1] / "fakes"
 
@@ -158,9 +158,9 @@ def test_a_compare_fails_when_the_baseline_keeps_its_gpu_memory(nvml, tmp_path, 
 
 
 def test_a_gpu_host_report_shows_the_model_the_gpu_table_and_no_cpu_host_reading():
-    from harness.report import decision
-    from harness.report_tables import CPU_HOST_NOTE, detail_tables
-    from stacks.base import ServedModel
+    from harness.reporting.report import decision
+    from harness.reporting.report_tables import CPU_HOST_NOTE, detail_tables
+    from harness.schemas import ServedModel
     from tests.unit.test_report_decision import compare, pair
 
     def with_gpu(levels, util, mem):
@@ -190,7 +190,7 @@ def test_a_gpu_host_report_shows_the_model_the_gpu_table_and_no_cpu_host_reading
 
 
 def test_the_gpu_plot_is_drawn_only_where_gpus_were_read(tmp_path):
-    from harness.plots import plots
+    from harness.reporting.plots import plots
     from tests.unit.test_report_decision import compare, pair
 
     base, stack = pair(16, 1000.0), pair(16, 700.0)

@@ -168,7 +168,7 @@ def scrape(phase: str, itl: tuple[float, float], steps: tuple[float, float]) -> 
 
 
 def test_window_step_figures_come_from_the_engine_histograms():
-    from harness.server_metrics import summarise
+    from harness.analysis.server_metrics import summarise
 
     # 100 steps computing 1,700 tokens, 1,500 token gaps of 14 ms on average
     m = summarise([scrape("start", (1.0, 100), (50, 10)), scrape("end", (22.0, 1600), (1750, 110))])
@@ -177,9 +177,9 @@ def test_window_step_figures_come_from_the_engine_histograms():
 
 
 def test_configured_step_follows_the_windows_mix_and_a_slow_level_is_flagged():
-    from harness.emulation import configured_ms, step_checks
-    from harness.emulation_report import step_line, step_table, step_warnings
-    from harness.server_metrics import ServerLevelMetrics
+    from harness.analysis.emulation import configured_ms, step_checks
+    from harness.reporting.emulation_report import step_line, step_table, step_warnings
+    from harness.schemas import ServerLevelMetrics
     from tests.unit.test_report_decision import compare, pair
 
     # 100 steps: 1,060 tokens generated, 640 prompt tokens -> 10.6 decoding sequences and 6.4 prompt tokens a step
@@ -215,9 +215,9 @@ def test_configured_step_follows_the_windows_mix_and_a_slow_level_is_flagged():
 def test_a_window_whose_engine_counted_other_requests_is_left_out_of_the_step_check():
     """Ray's metrics agent exports with a lag: a window's deltas then mix in steps from before it (measured behind
     Ray Serve: 215 requests counted for the client's 100, and a step 2x the configured one)."""
-    from harness.emulation import step_checks
-    from harness.emulation_report import step_line, step_table
-    from harness.server_metrics import ServerLevelMetrics
+    from harness.analysis.emulation import step_checks
+    from harness.reporting.emulation_report import step_line, step_table
+    from harness.schemas import ServerLevelMetrics
     from tests.unit.test_report_decision import compare, pair
 
     def windows(level: int, itls: tuple[float, float], counted: tuple[int, int]) -> list:

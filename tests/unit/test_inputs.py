@@ -1,4 +1,5 @@
-"""Command-line input validation (harness/inputs.py): a bad value gets one clear argparse error, never a traceback."""
+"""Command-line input validation (harness/cli/inputs.py): a bad value gets one clear argparse error, never a
+traceback."""
 
 import argparse
 import os
@@ -7,8 +8,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from harness import inputs
-from harness.inputs import port, positive_int, results_dir, url
+from harness.cli import inputs
+from harness.cli.inputs import port, positive_int, results_dir, url
 
 Bad = argparse.ArgumentTypeError
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from harness.cli import main
+from harness.cli.main import main
 from stacks.k8s.plan import K8sPlan
 from stacks.k8s.validate import object_problems
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.cli import main
-from harness.compare import CompareSummary
+from harness.cli.main import main
 from harness.results import read_jsonl
+from harness.schemas import CompareSummary
 from stacks.base import DeploySettings
 from stacks.k8s import jobresults
 from stacks.k8s.images import DEFAULT_RAY_IMAGE
@@ -130,7 +130,7 @@ def run_pods(url: str, prof: Path, out: Path, n: int = 3) -> list[str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    procs = [subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--stack", "endpoint", "--url", url,
+    procs = [subprocess.Popen([sys.executable, "-m", "harness.cli.main", "run", "--stack", "endpoint", "--url", url,
                                "--profile", str(prof), "--results-dir", str(out / f"pod-{i}"), "--shards", str(n),
                                "--shard-index", str(i), "--barrier", f"127.0.0.1:{port}"], cwd=ROOT,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for i in range(n)]

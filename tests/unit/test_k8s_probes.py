@@ -155,7 +155,7 @@ def test_a_kubeconfig_without_the_crds_is_refused(tmp_path):
 @pytest.mark.slow  # a local compare of the reference engine first (~10 s)
 def test_an_interrupted_compare_deletes_what_it_made_and_reports_what_it_measured(tmp_path, monkeypatch):
     """Ctrl-C during the stack's load: the baseline measured, everything deleted, the report marked interrupted."""
-    from harness.cli import main
+    from harness.cli.main import main
     from stacks.k8s import jobresults
     from tests.k8s_emulator import write_kubeconfig
     from tests.unit.test_k8s_compare import split_side

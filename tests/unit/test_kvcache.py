@@ -1,4 +1,4 @@
-"""KV-cache arithmetic (harness/kvcache.py): hand-computed figures, the real startup-log lines of this host's
+"""KV-cache arithmetic (harness/analysis/kvcache.py): hand-computed figures, the real startup-log lines of this host's
 vLLM 0.32.0 (CPU), safetensors headers written by hand, and nvidia-smi detection. No engine, no network."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.kvcache import (
+from harness.analysis.kvcache import (
     KVCacheFacts,
     cpu_kv_budget_bytes,
     decode_floor_ms,
@@ -24,7 +24,8 @@ from harness.kvcache import (
     tokens_that_fit,
 )
 from harness.profile import EngineSettings
-from stacks.base import AppliedConfig, DeploySettings, parse_startup_log
+from harness.schemas import AppliedConfig
+from stacks.base import DeploySettings, parse_startup_log
 
 LLAMA2_7B = {"num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096, "torch_dtype": "float16"}
 QWEN25_15B = {"num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2, "hidden_size": 1536,

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.latency_split import COUNT_TOLERANCE, hidden, side_split
-from harness.server_metrics import engine_latency, summarise
-from harness.stats import Dist, LevelStats
-from harness.sweep import LevelSummary
+from harness.analysis.latency_split import COUNT_TOLERANCE, hidden, side_split
+from harness.analysis.server_metrics import engine_latency, summarise
+from harness.schemas import Dist, LevelStats, LevelSummary
 
 
 def scrape(phase: str | None, ttft: tuple[float, float], e2e: tuple[float, float], prefix: str = "vllm:") -> dict:
@@ -51,8 +50,7 @@ def level(ttft_mean: float, e2e_mean: float, ok: int, engine: tuple[float | None
 
 
 def _level(stats: LevelStats, engine) -> LevelSummary:
-    from harness.runner import ClientHealth
-    from harness.server_metrics import ServerLevelMetrics
+    from harness.schemas import ClientHealth, ServerLevelMetrics
 
     fields = ClientHealth.model_fields
     client = ClientHealth.model_construct(**{k: f.default for k, f in fields.items()})
@@ -74,7 +72,7 @@ def test_outside_share_is_client_minus_engine_and_a_lagging_count_is_flagged():
 
 
 def test_a_side_without_the_engines_histograms_is_hidden():
-    from harness.latency_split import LevelSplit
+    from harness.analysis.latency_split import LevelSplit
 
     shown = side_split([level(100, 500, 40, (60, 450, 40))])
     dark = side_split([level(150, 600, 40, (None, None, None))])
@@ -86,7 +84,7 @@ def test_a_side_without_the_engines_histograms_is_hidden():
 
 
 def test_rerender_windows_run_from_start_to_end_and_skip_polls_between_levels():
-    from harness.rerender import _windows
+    from harness.reporting.rebuild import _windows
 
     def sc(label: str, phase: str | None, level: int, endpoint: str = "api") -> dict:
         return {"label": label, "phase": phase, "level": level, "endpoint": endpoint}

@@ -1,4 +1,5 @@
-"""Where the latency went (harness/latency_split.py), beyond test_latency_split.py: the client's and the engine's
+"""Where the latency went (harness/analysis/latency_split.py), beyond test_latency_split.py: the client's and the
+engine's
 means pair the same windows when some of them counted other requests, levels stopped early are left out, a side
 is hidden or lagging (never both), and how the report's table marks each case."""
 
@@ -6,11 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.compare import CompareSummary
-from harness.latency_split import COUNT_TOLERANCE, LevelSplit, hidden, lagging, mean_of, side_split, split
-from harness.report_tables import split_table
-from harness.sweep import LevelSummary, RunSummary
-from stacks.base import AppliedConfig
+from harness.analysis.latency_split import COUNT_TOLERANCE, LevelSplit, hidden, lagging, mean_of, side_split, split
+from harness.reporting.report_tables import split_table
+from harness.schemas import AppliedConfig, CompareSummary, LevelSummary, RunSummary
 from tests.unit.test_latency_split import level
 
 OFF = 40 * (1 + 2 * COUNT_TOLERANCE)  # an engine count well outside the tolerance of the client's 40

@@ -11,17 +11,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.client import RequestRecord, StreamClient
+from harness.analysis.stats import level_stats
 from harness.errors import LayerbenchError
-from harness.openloop import Pool, drive_open, run_rate_level, schedule
-from harness.output import health_warnings, level_rows
+from harness.load.client import RequestRecord, StreamClient
+from harness.load.openloop import Pool, drive_open, run_rate_level, schedule
+from harness.load.prompts import PromptGenerator
+from harness.load.runner import run_level
 from harness.profile import SLO, load_profile
-from harness.prompts import PromptGenerator, new_run_id
-from harness.runner import ClientHealth, run_level
-from harness.server_metrics import ServerLevelMetrics
-from harness.stats import Dist, level_stats
-from harness.sweep import LevelSummary, RunSummary
-from stacks.base import AppliedConfig, DeploySettings
+from harness.reporting.run_report import health_warnings, level_rows
+from harness.results import new_run_id
+from harness.schemas import AppliedConfig, ClientHealth, Dist, LevelSummary, RunSummary, ServerLevelMetrics
+from stacks.base import DeploySettings
 from stacks.sim import SimStack
 
 TTFT_MS = 20.0
@@ -237,9 +237,9 @@ def test_malformed_open_loop_profiles_are_refused(write_profile, fields, match):
 
 @pytest.mark.slow  # two sim-proxy deployments, a warmup sweep and two rates each (~15 s)
 def test_open_loop_compare_reports_rates(tmp_path, write_profile):
-    from harness.cli import main
-    from harness.compare import CompareSummary
+    from harness.cli.main import main
     from harness.resume import ResumePlan
+    from harness.schemas import CompareSummary
 
     profile = write_profile(rates=[20, 60], arrival="constant", requests=20, output_tokens=8, input_tokens=32,
                             scrape_interval_s=0.5, warmup_sweep=True)

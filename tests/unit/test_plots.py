@@ -1,5 +1,6 @@
-"""The compare report's plots (harness/plots.py, harness/plots_dist.py) from a small hand-built summary, and the
-per-request TTFT samples they read back from requests.jsonl (harness/samples.py)."""
+"""The compare report's plots (harness/reporting/plots.py, harness/reporting/plots_dist.py) from a small hand-built
+summary, and the
+per-request TTFT samples they read back from requests.jsonl (harness/analysis/samples.py)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,22 @@ import matplotlib.image as mpimg
 import matplotlib.pyplot as plt
 import pytest
 
-from harness.client import RequestRecord
-from harness.compare import AAReference, CompareSummary, level_deltas
-from harness.plots import GOODPUT_YLIM, plots, series, side_labels
+from harness.analysis.samples import ttft_samples
+from harness.analysis.stats import level_stats
+from harness.compare import level_deltas
+from harness.load.client import RequestRecord
 from harness.profile import SLO
-from harness.runner import ClientHealth
-from harness.samples import ttft_samples
-from harness.server_metrics import ServerLevelMetrics
-from harness.stats import Dist, level_stats
-from harness.sweep import LevelSummary, RunSummary
-from stacks.base import AppliedConfig
+from harness.reporting.plots import GOODPUT_YLIM, plots, series, side_labels
+from harness.schemas import (
+    AAReference,
+    AppliedConfig,
+    ClientHealth,
+    CompareSummary,
+    Dist,
+    LevelSummary,
+    RunSummary,
+    ServerLevelMetrics,
+)
 
 MS = 1_000_000  # ns
 

@@ -9,9 +9,9 @@ import os
 
 import pytest
 
-from harness.cli import main
-from harness.runner import judge_client
-from harness.stats import Dist
+from harness.cli.main import main
+from harness.load.runner import judge_client
+from harness.schemas import Dist
 
 
 def run_sim(tmp_path, write_profile, **fields):
@@ -54,7 +54,7 @@ def test_none_policy_scrapes_nothing(tmp_path, write_profile):
 
 
 def test_deployment_runs_at_the_priority_layerbench_started_with(tmp_path):
-    from harness import placement
+    from harness.load import placement
     from stacks.procs import ManagedProcess
 
     before = os.getpriority(os.PRIO_PROCESS, 0)
@@ -85,7 +85,8 @@ def test_starved_is_not_saturated():
 
 
 def test_engine_binding_and_cores_sentence():
-    from harness.topology import ProcessCores, cores_sentence, engine_binding
+    from harness.load.topology import cores_sentence, engine_binding
+    from harness.schemas import ProcessCores
 
     log = ("(EngineCore pid=5187) INFO [ompmultiprocessing.py:185] OpenMP thread binding info: \n"
            "(EngineCore pid=5187) INFO [ompmultiprocessing.py:185] \tVLLM_CPU_OMP_THREADS_BIND='auto', "

@@ -1,6 +1,7 @@
 from tokenizers import Tokenizer
 
-from harness.prompts import PromptGenerator, new_run_id
+from harness.load.prompts import PromptGenerator
+from harness.results import new_run_id
 
 
 def first_tokens(tok: Tokenizer, text: str, n: int = 16) -> tuple[int, ...]:

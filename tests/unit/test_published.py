@@ -2,8 +2,9 @@
 
 from types import SimpleNamespace
 
-from harness.report import _published
-from stacks.base import DeploySettings, PublishedResult
+from harness.reporting.report import _published
+from harness.schemas import PublishedResult
+from stacks.base import DeploySettings
 from stacks.kserve import KServeStack
 from stacks.ray import RayStack
 

@@ -212,7 +212,7 @@ def test_ray_teardown_scrubs_the_session_logs_it_keeps(tmp_path, monkeypatch):
 def test_run_writes_no_planted_secret(tmp_path, write_profile, monkeypatch):
     """The reference engine reports a version made of two secrets, and the profile is named after a third:
     both end up in run.json, summary.json, summary.md and the engine's log unless they are scrubbed."""
-    from harness.cli import main
+    from harness.cli.main import main
 
     hf, aws, kube = token(), token(), token()
     monkeypatch.setenv("HF_TOKEN", hf)

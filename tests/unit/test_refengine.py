@@ -13,11 +13,13 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from harness.client import RequestRecord, StreamClient
+from harness.analysis.stats import level_stats
+from harness.load.client import RequestRecord, StreamClient
+from harness.load.prompts import PromptGenerator
+from harness.load.runner import run_level
 from harness.profile import SLO
-from harness.prompts import PromptGenerator, new_run_id
-from harness.runner import run_level
-from harness.stats import LevelStats, level_stats
+from harness.results import new_run_id
+from harness.schemas import LevelStats
 from stacks.base import DeploySettings
 from stacks.procs import port_in_use
 from stacks.refengine.metrics import VLLM_0_32_FAMILIES
@@ -109,7 +111,7 @@ def test_injected_failures_count_against_goodput(tmp_path):
 
 
 def test_slow_metrics_is_a_gap_not_a_stall(tmp_path):
-    from harness.scraper import scrape_once
+    from harness.load.scraper import scrape_once
 
     with deploy(SimStack, tmp_path, metrics_delay_ms=1500) as stack, httpx.Client(timeout=0.5) as c:
         s = scrape_once(c, "api", f"{stack.endpoint().base_url}/metrics")

@@ -1,4 +1,5 @@
-"""harness/render.py without a browser: report.md and report.html say the same thing from the same tables, the
+"""harness/reporting/document.py without a browser: report.md and report.html say the same thing from the same tables,
+the
 HTML is one self-contained file (images inline) that shows no Markdown, and verdict cells are coloured.
 tests/integration/test_report_browser.py opens write_sample's document in Chromium."""
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.render import Table, html_document, inline, write_document
+from harness.reporting.document import Table, html_document, inline, write_document
 
 TITLE = "layerbench: ray vs vllm <sample>"
 BULLETS = ["**overhead** at c=64: the `proxy` adds 3 ms", "plain & simple"]

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import catalog
-from harness.catalog import read_results
-from harness.cli import main
-from harness.summary_report import SUMMARY_HEADER, write_summary
+from harness.cli.main import main
+from harness.reporting import catalog
+from harness.reporting.catalog import read_results
+from harness.reporting.summary_report import SUMMARY_HEADER, write_summary
 
 STATUS, RUN, DELTA = SUMMARY_HEADER.index("status"), SUMMARY_HEADER.index("run"), SUMMARY_HEADER.index(
     "delta at highest level")

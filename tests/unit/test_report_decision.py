@@ -1,6 +1,7 @@
-"""The compare report's headline (harness/report.py decision), its capacity figures (harness/report_tables.py,
-harness/capacity.py of_levels), the terminal's short summary (harness/terminal.py) and the TTFT samples a
-report reads back (harness/samples.py), from small hand-built summaries whose figures are chosen so that each
+"""The compare report's headline (harness/reporting/report.py decision), its capacity figures
+(harness/reporting/report_tables.py,
+harness/capacity.py of_levels), the terminal's short summary (harness/reporting/terminal.py) and the TTFT samples a
+report reads back (harness/analysis/samples.py), from small hand-built summaries whose figures are chosen so that each
 sentence can be checked exactly."""
 
 from __future__ import annotations
@@ -12,18 +13,25 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from harness.capacity import SLA, CapacityResult, of_levels
-from harness.compare import CompareSummary, level_deltas
+from harness.analysis.samples import ttft_samples
+from harness.capacity import of_levels
+from harness.compare import level_deltas
 from harness.profile import SLO
-from harness.report import decision
-from harness.report_tables import capacities, capacity_table, capacity_text, slo_text
-from harness.runner import ClientHealth
-from harness.samples import ttft_samples
-from harness.server_metrics import ServerLevelMetrics
-from harness.stats import Dist, LevelStats
-from harness.sweep import LevelSummary, RunSummary
-from harness.terminal import compare_summary
-from stacks.base import AppliedConfig
+from harness.reporting.report import decision
+from harness.reporting.report_tables import capacities, capacity_table, capacity_text, slo_text
+from harness.reporting.terminal import compare_summary
+from harness.schemas import (
+    SLA,
+    AppliedConfig,
+    CapacityResult,
+    ClientHealth,
+    CompareSummary,
+    Dist,
+    LevelStats,
+    LevelSummary,
+    RunSummary,
+    ServerLevelMetrics,
+)
 from tests.unit.test_plots import line
 
 HEALTH = ClientHealth(cpu_pct=20.0, loop_lag_ms=Dist(), dispatch_delay_ms=Dist())
@@ -253,9 +261,8 @@ def test_one_pair_and_no_aa_has_no_interval_and_says_so():
 
 
 def test_the_hosts_aa_floors_a_quiet_compare_and_gives_one_pair_an_interval():
-    from harness.compare import AAReference
-    from harness.deltas import judged_levels
-    from harness.verdict import Components
+    from harness.analysis.deltas import judged_levels
+    from harness.schemas import AAReference, Components
 
     base = [window(1, tok_s=100), window(4, tok_s=400)]
     stack = [window(1, tok_s=90), window(4, tok_s=300)]

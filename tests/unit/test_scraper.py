@@ -4,7 +4,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from harness.scraper import Scraper
+from harness.load.scraper import Scraper
 
 GOOD = b"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine=\"0\"} 3.0\n"
 
@@ -98,7 +98,7 @@ def test_level_tag_follows_the_runner(tmp_path):
 
 def test_counter_names_are_kept_as_exposed():
     """vLLM's counters end in _total (the parser drops it: it is put back); Triton's do not (none is invented)."""
-    from harness.scraper import parse_metrics
+    from harness.load.scraper import parse_metrics
 
     text = ("# TYPE vllm:num_preemptions_total counter\nvllm:num_preemptions_total{engine=\"0\"} 2.0\n"
             "# TYPE vllm:request_success_total counter\n"

@@ -9,9 +9,8 @@ from types import SimpleNamespace
 from rich.console import Console
 
 from harness.errors import LayerbenchError
+from harness.schemas import AppliedConfig, RunSummary
 from harness.session import baseline_then_stack
-from harness.sweep import RunSummary
-from stacks.base import AppliedConfig
 
 
 def summary(label: str) -> RunSummary:

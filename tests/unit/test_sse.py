@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from harness.client import RequestRecord, StreamClient
-from harness.sse import ChunkedDecoder, SSEParser
+from harness.load.client import RequestRecord, StreamClient
+from harness.load.sse import ChunkedDecoder, SSEParser
 from tests.conftest import STREAM_HEAD, chunk
 
 

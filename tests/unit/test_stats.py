@@ -1,9 +1,10 @@
 import numpy as np
 import pytest
 
-from harness.client import RequestRecord
+from harness.analysis.stats import is_good, level_stats, tpot
+from harness.load.client import RequestRecord
 from harness.profile import SLO
-from harness.stats import Dist, is_good, level_stats, tpot
+from harness.schemas import Dist
 
 MS = 1_000_000
 

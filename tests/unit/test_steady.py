@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.client import RequestRecord
-from harness.steady import stationarity, ttft_modes
+from harness.analysis.steady import stationarity, ttft_modes
+from harness.load.client import RequestRecord
 
 
 def window(ttfts: list[float], gap_ms: float = 100.0, tokens: int = 16, itl_ms: float = 5.0) -> list[RequestRecord]:
@@ -53,7 +53,7 @@ def test_one_mode_with_a_tail_is_not_bimodal():
 
 
 def test_unsteady_ttft_from_streaks_is_explained():
-    from harness.steady import likely_cause
+    from harness.analysis.steady import likely_cause
 
     rng = np.random.default_rng(4)
     ttfts = [18.0] * 30 + [150.0] * 24 + [18.0] * 6  # the slow streak fills most of the second half
@@ -65,7 +65,7 @@ def test_unsteady_ttft_from_streaks_is_explained():
 
 
 def test_a_window_that_opens_with_a_synchronized_wave_is_called_a_ramp():
-    from harness.steady import likely_cause
+    from harness.analysis.steady import likely_cause
 
     recs = window([20.0 + 0.1 * i for i in range(60)])
     for r in recs:
@@ -82,7 +82,7 @@ def test_a_window_that_opens_with_a_synchronized_wave_is_called_a_ramp():
 
 
 def test_a_change_in_the_engines_step_time_is_named():
-    from harness.steady import likely_cause
+    from harness.analysis.steady import likely_cause
 
     slow, fast = window([20.0] * 30, itl_ms=8.0, gap_ms=1.0), window([20.0] * 30, itl_ms=5.0, gap_ms=1.0)
     shift = slow[-1].t_end_ns + 1_000_000

@@ -13,16 +13,23 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.capacity import SLA, CapacityResult, CapacitySummary
-from harness.cli import main
-from harness.compare import CompareSummary, level_deltas
-from harness.frame import ID_COLUMNS, compare_frame
-from harness.runner import ClientHealth
-from harness.server_metrics import ServerLevelMetrics
-from harness.stats import Dist, LevelStats
-from harness.summary_report import latest_compares, level_figures, write_summary
-from harness.sweep import LevelSummary, RunSummary
-from stacks.base import AppliedConfig
+from harness.cli.main import main
+from harness.compare import level_deltas
+from harness.reporting.results_frame import ID_COLUMNS, compare_frame
+from harness.reporting.summary_report import latest_compares, level_figures, write_summary
+from harness.schemas import (
+    SLA,
+    AppliedConfig,
+    CapacityResult,
+    CapacitySummary,
+    ClientHealth,
+    CompareSummary,
+    Dist,
+    LevelStats,
+    LevelSummary,
+    RunSummary,
+    ServerLevelMetrics,
+)
 
 # (run id, stack, profile, engine version, {level: (baseline tok/s, stack tok/s)}, compare status)
 QUICK_OLD = ("20260101-100000-compare-ray-aaaaaa", "ray", "quick", "0.8.5", {1: (100, 90), 4: (400, 300)}, "complete")

@@ -10,10 +10,10 @@ import json
 import httpx
 import pytest
 
-from harness.client import RequestRecord, StreamClient
 from harness.errors import LayerbenchError
-from harness.protocols import CLIENTS
-from harness.triton_client import TritonStreamClient
+from harness.load.client import RequestRecord, StreamClient
+from harness.load.protocols import CLIENTS
+from harness.load.triton_client import TritonStreamClient
 from stacks.base import DeploySettings, Endpoint
 from stacks.sim import SimStack
 from tests.conftest import STREAM_HEAD, chunk

@@ -9,10 +9,10 @@ import socket
 
 import pytest
 
-from harness.audit import audit_from_scrapes
+from harness.analysis.audit import audit_from_scrapes
+from harness.analysis.server_metrics import summarise
 from harness.errors import LayerbenchError
 from harness.profile import EngineSettings
-from harness.server_metrics import summarise
 from stacks import triton
 from stacks.base import DeploySettings
 from stacks.engine_env import engine_args

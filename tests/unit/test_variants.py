@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
+from harness.cli.main import main
 from harness.errors import LayerbenchError
 from harness.variants import parse_values
 
@@ -18,8 +18,7 @@ from harness.variants import parse_values
 def host_aa(results: Path, profile: str = "t") -> None:
     """A complete A/A compare of the profile on this 'host' (its pairs differed by ~3%): a sweep deploys each value
     once, so its intervals come from the host's A/A."""
-    from harness.compare import CompareSummary
-    from harness.verdict import Components
+    from harness.schemas import CompareSummary, Components
 
     noise = Components(ms_pair=0.002, df_pair=3, ms_res=0.001, df_res=3, levels=2, pairs=4)
     s = CompareSummary(run_id="20260101-000000-compare-vllm-aaaaaa", stack="vllm", baseline_stack="vllm",

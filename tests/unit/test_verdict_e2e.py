@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
-from harness.compare import CompareSummary
-from harness.judging import ENDPOINTS, differences
+from harness.analysis.judging import ENDPOINTS, differences
+from harness.cli.main import main
+from harness.schemas import CompareSummary
 
 
 def compare(tmp_path: Path, write_profile, stack: str, opts: list[str], pairs: int, **profile) -> CompareSummary:
@@ -55,7 +55,7 @@ def test_each_pairs_difference_is_what_its_two_deployments_drew(tmp_path, write_
 
 @pytest.mark.slow  # 4 sim-proxy / sim deployments (~20 s)
 def test_a_layer_capping_the_engine_below_the_level_is_a_goodput_overhead_in_the_headline(tmp_path, write_profile):
-    from harness.report import decision
+    from harness.reporting.report import decision
 
     # behind max_ongoing=2 at c=8 a request waits 3 services of ~55 ms: past a 100 ms TTFT SLO
     s = compare(tmp_path, write_profile, "sim-proxy", ["ttft_ms=20", "itl_ms=5", "max_ongoing=2",

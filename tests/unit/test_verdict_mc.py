@@ -1,6 +1,6 @@
 """The verdict rule against a known truth (issue 23's acceptance T1-T5): Monte Carlo compares whose windows carry
 a deployment effect exp(sigma_D * Z) shared by a deployment's levels, a window effect exp(sigma_w * Z) and, where
-said, a linear drift of the host, judged by harness.verdict exactly as a compare judges its pairs.
+said, a linear drift of the host, judged by harness.analysis.verdict exactly as a compare judges its pairs.
 
 Noise settings (sigma_D, sigma_w): gpu-like (0.3%, 0.3%), measured on the GPU-like engine; mid (5%, 3%), a GPU
 host; cpu (12%, 9%), measured on the 2-core CPU host at c <= 8. Each is judged at its profile's budget: K
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
+from harness.analysis.verdict import components, judge, pct
 from harness.pairs import pair_order
-from harness.verdict import components, judge, pct
 
 SETTINGS = {"gpu-like": (0.003, 0.003, 3), "mid": (0.05, 0.03, 8), "cpu": (0.12, 0.09, 4)}  # sigma_D, sigma_w, K
 N, LEVELS = 400, 3

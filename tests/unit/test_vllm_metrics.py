@@ -3,9 +3,9 @@ per-level server summaries read the engine's families under exactly those names.
 
 from __future__ import annotations
 
-from harness.audit import audit_from_scrapes
-from harness.server_metrics import summarise
-from harness.vllm_metrics import aliases, prefix_of, renamed_as
+from harness.analysis.audit import audit_from_scrapes
+from harness.analysis.server_metrics import summarise
+from harness.analysis.vllm_metrics import aliases, prefix_of, renamed_as
 from stacks.base import DeploySettings, get_stack
 
 

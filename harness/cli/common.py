@@ -1,0 +1,158 @@
+"""What every `layerbench` command shares: the consoles, how a command's outcome marks its run folder, the
+deployment settings from a profile and `--opt key=value` pairs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from rich.console import Console
+
+from harness.errors import LayerbenchError
+from harness.profile import EngineSettings, LoadProfile, load_profile
+from harness.results import RunWriter
+
+# Wide tables stay readable when output goes to a file or CI log instead of a terminal.
+console = Console(width=None if sys.stdout.isatty() else 170)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 170)
+
+
+class Outcome:
+    """How a command's deployments ended; `recorded` fills it and always marks the run folder."""
+
+    def __init__(self) -> None:
+        self.status, self.reason = "failed", None
+
+    def exit_code(self, writer: RunWriter) -> int:
+        """130 after Ctrl-C; LayerbenchError (exit 2) when failed; 0 when complete."""
+        if self.status == "interrupted":
+            err_console.print(f"[yellow]{self.reason}[/]; measured so far is kept in {writer.dir}")
+            return 130
+        if self.status != "complete":
+            raise LayerbenchError(f"{self.reason}\n(run marked {self.status}: {writer.dir}/run.json)")
+        return 0
+
+
+@contextmanager
+def recorded(writer: RunWriter):
+    """Runs the body; Ctrl-C/SIGTERM and LayerbenchError become the outcome (teardown has already run in the
+    body's `with stack`); run.json is marked complete / failed / interrupted whatever happened."""
+    out = Outcome()
+    try:
+        yield out
+        if out.status == "failed" and out.reason is None:
+            out.status = "complete"
+    except KeyboardInterrupt:
+        out.status, out.reason = "interrupted", "interrupted by the user (Ctrl-C / SIGTERM); deployments torn down"
+    except LayerbenchError as e:
+        out.status, out.reason = "failed", str(e)
+    finally:
+        writer.finish(out.status, out.reason)
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """--model, --revision and --gpus: the profile's engine.model, engine.revision and engine.gpus, for once."""
+    from harness.cli import inputs
+
+    parser.add_argument("--model", help="what to serve instead of the profile's engine.model: auto, tiny, gpu-like, "
+                        "a Hugging Face repo id (org/name) or a local model directory (MODEL=)")
+    parser.add_argument("--revision", help="the repo id's branch, tag or commit (REVISION=; default main)")
+    parser.add_argument("--gpus", type=inputs.gpu_list, metavar="I,J", help="GPU indices each deployment may use, "
+                        "as nvidia-smi numbers them (GPUS=; default: the first tensor_parallel_size visible)")
+
+
+def profile_for(args: argparse.Namespace) -> LoadProfile:
+    """The profile named on the command line, with `--model`, `--revision` and `--gpus` (MODEL=, REVISION=,
+    GPUS=) applied to its engine settings, so run.json records what was served."""
+    profile = load_profile(getattr(args, "profile", None) or "quick")
+    if getattr(args, "pairs", None):
+        profile = profile.model_copy(update={"pairs": args.pairs})
+    update = {k: v for k, v in (("model", getattr(args, "model", None)), ("revision", getattr(args, "revision", None)),
+                                ("gpus", getattr(args, "gpus", None))) if v is not None}
+    if not update:
+        return with_dtype(profile)
+    if "model" in update and "revision" not in update:
+        update["revision"] = None  # the profile's revision belongs to the profile's model
+    if update.get("model") not in (None, "gpu-like"):
+        update["step"] = None
+    try:
+        engine = EngineSettings.model_validate({**profile.engine.model_dump(), **update})
+    except ValidationError as e:
+        raise LayerbenchError("--model / --revision / --gpus: " + "; ".join(
+            err["msg"].removeprefix("Value error, ") for err in e.errors())) from None
+    return with_dtype(profile.model_copy(update={"engine": engine}))
+
+
+def with_dtype(profile: LoadProfile) -> LoadProfile:
+    """`engine.dtype: fastest` measured on this host (harness.analysis.calibrate) and recorded in `dtype_measured`; both
+    sides of a compare get the dtype it chose."""
+    engine = profile.engine
+    if engine.dtype != "fastest" or engine.model != "gpu-like":
+        return profile
+    from harness.analysis.calibrate import fastest_dtype
+    from stacks.base import ENGINE_VENV
+    from stacks.engine_env import engine_python
+
+    choice = fastest_dtype(engine_python(ENGINE_VENV))
+    return profile.model_copy(update={"engine": engine.model_copy(update={
+        "dtype": choice.dtype, "dtype_measured": choice.text()})})
+
+
+def settings_for(args: argparse.Namespace, profile: LoadProfile, log_dir: Path):
+    """Deployment settings for the profile on the chosen target. On the local target the GPUs are chosen and the
+    model resolved here, before anything is deployed or written (a dry run resolves without downloading);
+    docker and k8s deploy the cluster's model (stacks/k8s/plan.py)."""
+    from harness.gpus import devices_for, host_gpus
+    from stacks.base import MODEL_DIR, DeploySettings, get_stack, parse_options
+    from stacks.engine_model import check_target, resolve
+
+    options = parse_options(getattr(args, "opt", None))
+    if getattr(args, "port", None):
+        options["port"] = args.port
+    target = getattr(args, "target", "local")
+    engine = profile.engine
+    check_target(engine, target)
+    common = {"target": target, "engine": engine, "url": getattr(args, "url", None), "log_dir": log_dir,
+              "options": options}
+    stack = getattr(args, "stack", None)
+    if target != "local" or (stack and not get_stack(stack).loads_model):
+        return DeploySettings(**common)  # nothing served from this host's model files (an endpoint, the sims)
+    host = host_gpus()
+    devices = devices_for(host, engine.gpus, engine.tensor_parallel_size)
+    model = resolve(engine, host, devices, fetch=not getattr(args, "dry_run", False))
+    return DeploySettings(**common, model_path=model.path or MODEL_DIR, served_model_name=model.served_name,
+                          model=model, devices=devices)
+
+
+@dataclass
+class Prepared:
+    """What a deploying command has settled before anything is deployed or written."""
+
+    profile: LoadProfile
+    stack: Any  # stacks.base.Stack
+    run_id: str
+    results: Path
+    cost: Any  # harness.analysis.cost.Price | None
+
+
+def prepare(args: argparse.Namespace, command: str, profile: LoadProfile | None = None,
+            run_id: str | None = None) -> Prepared:
+    """Every deploying command's first steps, in one order: the GPU price (a bad one refused before anything), the
+    profile, the stack's class, the run id, the deployment settings (the stack's options validated, the GPUs chosen
+    and the model resolved) and the stack."""
+    from harness.analysis.cost import price
+    from harness.results import new_run_id
+    from stacks.base import get_stack
+
+    cost = price(getattr(args, "gpu_hourly_usd", None))
+    profile = profile or profile_for(args)
+    stack_cls = get_stack(args.stack)
+    run_id = run_id or new_run_id(args.stack if command == "run" else f"{command}-{args.stack}")
+    results = Path(args.results_dir)
+    stack = stack_cls(settings_for(args, profile, results / run_id / "logs"))
+    return Prepared(profile=profile, stack=stack, run_id=run_id, results=results, cost=cost)

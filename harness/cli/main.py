@@ -1,0 +1,342 @@
+"""`layerbench` command line (the Makefile calls it): run, and the commands later issues add.
+
+Every failure the user can cause or meet becomes one clear message and exit code 2; Ctrl-C (or SIGTERM)
+tears the deployment down, keeps what was measured and marks the run interrupted (exit 130)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from harness.cli.common import (
+    add_model_arguments,
+    console,
+    err_console,
+    prepare,
+    profile_for,
+    recorded,
+)
+from harness.errors import LayerbenchError
+from harness.profile import load_profile
+from harness.results import RESULTS_DIR, RunWriter
+from harness.targets import add_target_arguments, check_target, run_target
+from stacks.base import parse_options
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    p = prepare(args, "run")
+    profile, cost, stack, run_id = p.profile, p.cost, p.stack, p.run_id
+    if args.target != "local" or args.dry_run:
+        return run_target("run", args, stack, profile, run_id, args.repeats, console)
+    from harness.reporting.run_report import cost_markdown, summary_markdown
+    from harness.reporting.terminal import run_summary
+    from harness.session import deploy_and_measure, place
+
+    shard, sweep = load_shard(args, profile)
+    if shard is not None and shard.index > 0:  # one pod reads the metric endpoints for the side, not every pod
+        profile = profile.model_copy(update={"scrape": "none"})
+    writer = RunWriter(run_id, Path(args.results_dir), meta={
+        "command": "run", "stack": args.stack, "profile": profile.model_dump(), "placement": place(profile),
+        "pid": os.getpid(), **({"pod": shard.index, "pods": shard.count} if shard else {}),
+        "clock": {"wall_minus_perf_ns": time.time_ns() - time.perf_counter_ns()}})
+    console.print(f"run [bold]{run_id}[/] → {writer.dir}")
+    t0 = time.monotonic()
+    summary = None
+    with recorded(writer) as outcome:
+        with stack:
+            summary = deploy_and_measure(stack, profile, writer, args.stack, console, args.repeats, sweep=sweep)
+        if shard is not None and shard.barrier is not None:
+            shard.barrier.close()
+    partial = writer.dir / "summary.json"
+    if summary is None and partial.exists():  # stopped mid-run: what was measured, and why it stopped
+        from harness.schemas import RunSummary
+
+        summary = RunSummary.model_validate_json(partial.read_text())
+    if summary is not None:
+        summary.status = outcome.status
+        writer.write_json("summary.json", summary.model_dump())
+        (writer.dir / "summary.md").write_text(summary_markdown(summary, writer.meta)
+                                               + (cost_markdown(summary, cost, time.monotonic() - t0) if cost else ""))
+        writer.scrub()
+    run_summary(console, summary, writer.dir, outcome.status)
+    return outcome.exit_code(writer)
+
+
+def load_shard(args: argparse.Namespace, profile):
+    """(this load process's Shard, the sweep that runs it) for `run --shards N` (one of N load pods of a side:
+    the index from --shard-index, or an Indexed Job's JOB_COMPLETION_INDEX), else (None, the usual sweep)."""
+    import functools
+
+    from harness.load.barrier import Barrier, Shard
+    from harness.sweep import measure
+
+    count = getattr(args, "shards", None) or 1
+    if count == 1:
+        return None, measure
+    index = args.shard_index if args.shard_index is not None else int(os.environ.get("JOB_COMPLETION_INDEX", "-1"))
+    if not 0 <= index < count:
+        raise LayerbenchError(f"--shards {count} needs --shard-index 0..{count - 1} (or JOB_COMPLETION_INDEX)")
+    if not args.barrier:
+        raise LayerbenchError("--shards needs --barrier HOST:PORT, where load process 0 listens")
+    shard = Shard(index, count, Barrier(index, count, args.barrier))
+    shard.check(profile.levels(), profile.open_loop)
+    return shard, functools.partial(measure, shard=shard)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    results = Path(args.results_dir)
+    plan = None
+    if args.resume:
+        from harness.resume import plan_resume
+
+        plan = plan_resume(results, args.resume, args.stack, load_profile(args.profile) if args.profile else None,
+                           parse_options(args.opt), args.repeats)
+        args.stack, args.opt = plan.stack, [f"{k}={v}" for k, v in plan.options.items()]
+    elif not args.stack:
+        raise LayerbenchError("compare needs --stack (or --resume RUN_ID)")
+    p = prepare(args, "compare", plan.profile if plan else None, plan.run_id if plan else None)
+    profile, cost, stack, run_id = p.profile, p.cost, p.stack, p.run_id
+    repeats = plan.repeats if plan else args.repeats or profile.repeats
+    if args.target != "local" or args.dry_run:
+        return run_target("compare", args, stack, profile, run_id, repeats, console)
+    from harness.compare import run_compare
+    from harness.reporting.report import REPORTS_DIR
+    from harness.reporting.terminal import compare_summary
+    from harness.session import place
+
+    placement = place(profile)
+    invocation = plan.invocation if plan else 0
+    allow_mismatch = plan.allow_version_mismatch if plan else args.allow_version_mismatch
+    meta = {"command": "compare", "stack": args.stack, "repeats": repeats, "profile": profile.model_dump(),
+            "options": dict(stack.settings.options), "placement": placement, "pid": os.getpid(),
+            "allow_version_mismatch": allow_mismatch, **({"invocations": plan.history} if plan else {})}
+    writer = RunWriter(run_id, results, meta=meta, resume=plan is not None)
+    verb = f"resume {invocation} of" if plan else "compare"
+    console.print(f"{verb} [bold]{run_id}[/]: {args.stack} vs its version-matched baseline → {writer.dir}")
+    summary = None
+    with recorded(writer) as outcome:
+        summary = run_compare(stack, profile, writer, console, repeats, allow_mismatch, plan, placement)
+        if summary.failures:  # the stack died: what it measured is kept and reported
+            outcome.reason = "; ".join(f"{k}: {v.splitlines()[0]}" for k, v in summary.failures.items())
+    if summary is None:
+        return outcome.exit_code(writer)
+    from harness.reporting.compare_report import write_compare_report
+
+    report = write_compare_report(summary, profile.engine, writer.dir, Path(args.reports_dir or REPORTS_DIR) / run_id,
+                                  cost)
+    writer.scrub(report.parent)
+    compare_summary(console, summary, report, writer.dir, outcome.status)
+    return outcome.exit_code(writer)
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    """Deploy baseline and stack briefly (and the stack's other shapes, such as Triton with its engine metrics
+    on), send a few requests so request-driven families appear, scrape every metric endpoint, and audit what
+    survives; no throughput is measured."""
+    p = prepare(args, "audit", profile_for(args).model_copy(update={
+        "concurrency": [2], "rates": None, "requests": 6, "requests_per_concurrency": 0, "min_duration_s": 2.5,
+        "warmup_waves": 0, "repeats": 1}))
+    profile, stack, run_id = p.profile, p.stack, p.run_id
+    if args.target != "local" or args.dry_run:
+        return run_target("audit", args, stack, profile, run_id, None, console)
+    from harness.analysis.audit import audit_from_scrapes
+    from harness.reporting.report import audit_gist, audit_markdown
+    from harness.reporting.terminal import markup
+    from harness.results import read_jsonl
+    from harness.session import baseline_then_stack, place
+
+    writer = RunWriter(run_id, Path(args.results_dir), meta={"command": "audit", "stack": args.stack,
+                                                            "placement": place(profile), "pid": os.getpid()})
+    # a stack without a baseline (an endpoint) is audited against itself: what its own endpoints expose
+    targets = [("baseline", stack.baseline() or stack), ("stack", stack), *stack.audit_shapes()]
+    md = [f"# Observability audit: {args.stack} — {run_id}", ""]
+    seen: list[str] = []
+    with recorded(writer) as outcome:
+        measured = baseline_then_stack(targets, profile, writer, console, 1, keep_going=False)
+        scrapes = read_jsonl(writer.dir / "scrapes.jsonl")
+        for label, target in targets[1:]:  # each shape measured, against the same baseline
+            if label not in measured.live:
+                continue
+            mine = [{**s, "label": "stack"} if s.get("label") == label else s for s in scrapes
+                    if s.get("label") in ("baseline", label)]
+            result = audit_from_scrapes(mine, {"baseline": measured.live["baseline"], "stack": measured.live[label]},
+                                        args.stack, target.metric_aliases(), target.observability_note(),
+                                        target.metricless_endpoints())
+            writer.write_json("audit.json" if label == "stack" else f"audit-{label}.json", result.model_dump())
+            md += audit_markdown(result, None if len(targets) == 2 else label)
+            seen += audit_gist(result, None if len(targets) == 2 else label)
+        if measured.failures:  # what was audited before the failure is written above
+            outcome.reason = "; ".join(f"{k}: {v.splitlines()[0]}" for k, v in measured.failures.items())
+    if len(md) > 2:
+        (writer.dir / "audit.md").write_text("\n".join(md))
+        for line in seen:  # the gist; the families, endpoints and ports are in audit.md
+            console.print(markup(line))
+        console.print(f"audit: {writer.dir}/audit.md", highlight=False)
+    return outcome.exit_code(writer)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from harness.reporting.summary_report import write_summary
+    from harness.reporting.terminal import summary_lines
+
+    # --out FILE.md (the earlier interface) puts every file beside it, named after it: FILE.html, FILE.csv, ...
+    out_dir, name = (Path(args.out).parent, Path(args.out).stem) if args.out else (Path(args.out_dir), "summary")
+    # A damaged folder is named, never fatal: the other runs are still reported and the exit code stays 0.
+    for line in summary_lines(write_summary(Path(args.results_dir), out_dir, name), args.results_dir):
+        console.print(line, soft_wrap=True)  # a path is copied whole
+    return 0
+
+
+def cmd_bench_harness(args: argparse.Namespace) -> int:
+    from harness.bench.run import SECTIONS, section_named
+    from harness.bench.run import main as bench_main
+
+    sections = [section_named(k) for k in args.only] if args.only else SECTIONS
+    path = bench_main(Path(args.out_dir), console, sections)
+    console.print(f"written: {path}")
+    return 0
+
+
+def _add_compare(sub, profile_help: str, results_help: str) -> None:
+    from harness.cli import inputs
+
+    c = sub.add_parser("compare", help="a stack against its version-matched bare vLLM; writes a report")
+    c.add_argument("--stack", help="required unless --resume")
+    c.add_argument("--profile", help=profile_help)
+    c.add_argument("--repeats", type=inputs.positive_int,
+                   help="measured sweeps per deployment (default: the profile's, usually 1)")
+    c.add_argument("--pairs", type=inputs.positive_int, help="deployment pairs, baseline and stack, in "
+                   "counterbalanced order (PAIRS=; default: the profile's)")
+    c.add_argument("--resume", metavar="RUN_ID", help="continue an interrupted or failed compare after its last "
+                   "complete level; the other options may be left out (they must match when given)")
+    c.add_argument("--allow-version-mismatch", action="store_true")
+    c.add_argument("--gpu-hourly-usd", type=inputs.positive_float, default=None,
+                   help="what one GPU costs per hour: the report adds the run's cost and $ per million output "
+                   "tokens per level (default: $GPU_HOURLY_USD)")
+    c.add_argument("--opt", action="append", metavar="KEY=VALUE", help="stack option (repeatable)")
+    c.add_argument("--results-dir", type=inputs.results_dir, default=str(RESULTS_DIR), help=results_help)
+    c.add_argument("--reports-dir", type=inputs.results_dir, default=None, help="default: reports/")
+    add_target_arguments(c)
+    add_model_arguments(c)
+    c.set_defaults(func=cmd_compare)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from harness.cli import inputs
+
+    p = argparse.ArgumentParser(prog="layerbench", description="What does a serving layer cost in front of vLLM?")
+    sub = p.add_subparsers(dest="command", required=True)
+    profile_help = "built-in name (quick, cpu, default) or a YAML path (default: quick)"
+    results_help = "where run folders go (default: results/)"
+
+    r = sub.add_parser("run", help="deploy one stack, sweep the profile, tear down")
+    r.add_argument("--stack", required=True)
+    r.add_argument("--profile", help=profile_help)
+    r.add_argument("--url", type=inputs.url, help="server address for --stack endpoint")
+    r.add_argument("--port", type=inputs.port, help="port for a locally deployed server (default: a free one)")
+    r.add_argument("--repeats", type=inputs.positive_int, help="repeat the sweep N times (default: the profile's)")
+    r.add_argument("--opt", action="append", metavar="KEY=VALUE", help="stack option (repeatable)")
+    r.add_argument("--gpu-hourly-usd", type=inputs.positive_float, default=None,
+                   help="what one GPU costs per hour (default: $GPU_HOURLY_USD)")
+    r.add_argument("--results-dir", type=inputs.results_dir, default=str(RESULTS_DIR), help=results_help)
+    r.add_argument("--shards", type=inputs.positive_int, help="this process sends its part of each level, one of N "
+                   "load processes (the k8s target's load_parallelism)")
+    r.add_argument("--shard-index", type=int, help="which part, 0..N-1 (default: $JOB_COMPLETION_INDEX)")
+    r.add_argument("--barrier", metavar="HOST:PORT", help="with --shards: where process 0 listens; every level "
+                   "starts in all of them at once")
+    add_target_arguments(r)
+    add_model_arguments(r)
+    r.set_defaults(func=cmd_run)
+
+    _add_compare(sub, profile_help, results_help)
+
+    a = sub.add_parser("audit", help="which vllm:* metrics survive behind the layer")
+    a.add_argument("--stack", required=True)
+    a.add_argument("--profile", help="engine settings come from here (default: quick)")
+    a.add_argument("--url", type=inputs.url, help="server address for --stack endpoint")
+    a.add_argument("--opt", action="append", metavar="KEY=VALUE")
+    a.add_argument("--results-dir", type=inputs.results_dir, default=str(RESULTS_DIR), help=results_help)
+    add_target_arguments(a)
+    add_model_arguments(a)
+    a.set_defaults(func=cmd_audit)
+
+    from harness.cli.decide import add_parsers
+
+    add_parsers(sub, profile_help, results_help)
+    from harness.cli.reports import add_parsers as add_report_parsers
+
+    add_report_parsers(sub, results_help)
+
+    rp = sub.add_parser("report", help="cross-run summary of every run under results/: summary.md, .html, .csv "
+                        "and the throughput-delta chart")
+    rp.add_argument("--results-dir", default=str(RESULTS_DIR))
+    rp.add_argument("--out-dir", type=inputs.results_dir, default="reports",
+                    help="where summary.md, summary.html, summary.csv and summary-delta.png go (default: reports/)")
+    rp.add_argument("--out", type=inputs.output_file, default=None, metavar="FILE.md",
+                    help="the Markdown file instead; the other files go beside it, named after it")
+    rp.set_defaults(func=cmd_report)
+
+    b = sub.add_parser("bench-harness", help="measure layerbench's own accuracy against the reference engine")
+    b.add_argument("--out-dir", type=inputs.results_dir, default="reports/harness")
+    b.add_argument("--only", action="append", metavar="SECTION", help="run only this section (repeatable): its "
+                   "module's name under harness/bench/, e.g. gpulike (the GPU-like engine's calibration)")
+    b.set_defaults(func=cmd_bench_harness)
+
+    sk = sub.add_parser("soak", help="the reference engine at c=64 for a long time with faults on a schedule")
+    sk.add_argument("--duration", type=inputs.positive_int, default=600, help="seconds (default 600)")
+    sk.add_argument("--concurrency", type=inputs.positive_int, default=64)
+    sk.add_argument("--results-dir", type=inputs.results_dir, default=str(RESULTS_DIR), help=results_help)
+    sk.add_argument("--out-dir", type=inputs.results_dir, default="reports/soak")
+    sk.set_defaults(func=cmd_soak)
+    return p
+
+
+def cmd_soak(args: argparse.Namespace) -> int:
+    from harness.soak import run_soak
+
+    result, path = run_soak(args.duration, args.concurrency, Path(args.results_dir), Path(args.out_dir), console)
+    console.print(path.read_text(), markup=False, highlight=False)
+    console.print(f"written: {path}")
+    if not result.passed:
+        raise LayerbenchError("soak failed: " + "; ".join(result.problems))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from harness import signals
+
+    args = build_parser().parse_args(argv)
+    signals.install()
+    try:
+        check_target(args)
+        return args.func(args)
+    except LayerbenchError as e:
+        err_console.print(f"[bold red]error:[/] {e}", highlight=False)
+        return 2
+    except KeyboardInterrupt:
+        err_console.print("[yellow]interrupted[/]")
+        return 130
+    except OSError as e:  # a full disk, a folder that went away: not a bug, and not worth a traceback
+        err_console.print(f"[bold red]error:[/] cannot read or write {e.filename or 'a file'}: {e.strerror or e}",
+                          highlight=False)
+        return 2
+    except Exception as e:  # a bug of ours: one line for the user, the traceback in a file for the report
+        return _internal_error(e)
+
+
+def _internal_error(e: Exception) -> int:
+    import tempfile
+    import traceback
+
+    with tempfile.NamedTemporaryFile("w", prefix="layerbench-error-", suffix=".txt", delete=False) as f:
+        traceback.print_exc(file=f)
+    err_console.print(f"[bold red]internal error:[/] {type(e).__name__}: {e} (a layerbench bug; traceback in "
+                      f"{f.name})", highlight=False)
+    return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

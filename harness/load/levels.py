@@ -1,0 +1,67 @@
+"""One level driver for both loops: a level is a concurrency (closed loop, harness.load.runner) or an offered rate
+(open loop, harness.load.openloop); what a sweep does around it, the warmup wave, the measured window and its
+callbacks, is the same either way, so it is written once here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from harness.load.barrier import Shard
+from harness.load.client import RequestRecord, StreamClient
+from harness.load.openloop import run_rate_level, warm_open, warmup_requests
+from harness.load.prompts import PromptGenerator
+from harness.load.runner import LevelRun, run_level, warm
+from harness.profile import LoadProfile
+
+Callback = Callable[[RequestRecord], None]
+
+
+@dataclass
+class Driver:
+    """How this load process sends a profile's levels: its client and prompts, the arrivals' seed (both sides of
+    a compare replay the same schedule), and its part of each level when it is one of several load processes."""
+
+    client: StreamClient
+    gen: PromptGenerator
+    profile: LoadProfile
+    seed: str | int
+    shard: Shard | None = None
+    dead: Callable[[], str | None] | None = None  # the deployment's cheap liveness check, watched while sending
+
+    @property
+    def open_loop(self) -> bool:
+        return self.profile.open_loop
+
+    def part(self, n: int) -> int:
+        return self.shard.part(n) if self.shard else n
+
+    def rate(self, level: float) -> float:
+        """This process's share of an open-loop level's rate (each of N load pods sends rate/N)."""
+        return level / (self.shard.count if self.shard else 1)
+
+    def requests(self, level: float) -> int:
+        return self.part(self.profile.requests_for(level))
+
+    async def warm(self, level: float, on_record: Callback) -> str | None:
+        """One unmeasured wave at the level (the warmup sweep); why it stopped, or None."""
+        waves = max(1, self.profile.warmup_waves)
+        if self.open_loop:
+            n = self.part(warmup_requests(level, waves, self.profile.requests_for(level)))
+            return await warm_open(self.client, self.gen, self.rate(level), n, self.profile.arrival, self.seed,
+                                   on_record, self.dead)
+        return await warm(self.client, self.gen, self.part(int(level)), waves, on_record, self.dead)
+
+    async def measure(self, level: float, repeat: int, on_record: Callback, on_progress: Callback,
+                      process_cpu: Callable, on_measure_start: Callable[[], None]) -> LevelRun:
+        """The level's own warmup waves, then its measured window."""
+        p = self.profile
+        common = {"repeat": repeat, "warmup_waves": p.warmup_waves, "on_record": on_record,
+                  "on_progress": on_progress, "process_cpu": process_cpu, "on_measure_start": on_measure_start,
+                  "dead": self.dead}
+        n = self.requests(level)
+        if self.open_loop:
+            return await run_rate_level(self.client, self.gen, self.rate(level), n, arrival=p.arrival, seed=self.seed,
+                                        **common)
+        return await run_level(self.client, self.gen, self.part(int(level)), n, min_duration_s=p.min_duration_s,
+                               **common)

@@ -1,0 +1,227 @@
+"""Open-loop load: requests sent at fixed rates, whatever the server does.
+
+Request i of a level is due at t0 + the sum of the first i inter-arrival gaps (exponential of mean 1/rate for
+`poisson`, exactly 1/rate for `constant`); its `t_due_ns` is that scheduled time. A request never waits for an
+earlier one: a slow server builds a queue, it does not slow the sender. Latency counts from the scheduled time
+(harness/analysis/stats.py), so the queue shows in TTFT and E2E instead of being hidden by a client that slowed down
+(coordinated omission). The client's own lateness, scheduled time -> the request's task began (before any
+connect), is kept apart as the record's dispatch delay, and a level whose client could not keep to its schedule
+is flagged (stats.schedule_check), never silently under-driven.
+
+Connections are a pool of keep-alive connections: a request takes a free one or opens a new one, and connect
+time is part of its latency from schedule, not of the client's lateness. The warmup, the dead-deployment
+watch, Ctrl-C recording, the hooks and the client's health are the closed loop's (harness/load/runner.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import resource
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from harness.load.client import Connection, RequestRecord, StreamClient
+from harness.load.prompts import PromptGenerator
+from harness.load.runner import Flow, LevelRun, judge_client, measured_window, stopped, watch
+from harness.schemas import Dist
+
+# One warmup wave of an open-loop level is one second of its schedule (at most the level's request count): it
+# opens about as many connections as the level keeps in flight while requests take up to a second.
+WAVE_S = 1.0
+
+
+def schedule(rate: float, n: int, arrival: str = "poisson", seed: int | str = 0, repeat: int = 0,
+             phase: str = "measure") -> list[int]:
+    """Send offsets (ns after t0) of n requests at `rate` req/s; the first is due at t0. Poisson gaps are drawn
+    from a generator seeded by (seed, rate, repeat, phase): a run, its resume and both sides of a compare replay
+    the same arrivals."""
+    if n <= 0:
+        return []
+    if arrival == "constant":
+        return [round(i * 1e9 / rate) for i in range(n)]
+    if arrival != "poisson":
+        raise ValueError(f"unknown arrival {arrival!r}: poisson or constant")
+    key = hashlib.blake2b(f"{seed}|{float(rate)!r}|{repeat}|{phase}".encode(), digest_size=8).digest()
+    gaps = np.random.default_rng(int.from_bytes(key, "big")).exponential(1e9 / rate, n - 1)
+    return [0, *(int(x) for x in np.round(np.cumsum(gaps)))]
+
+
+def warmup_requests(rate: float, waves: int, n: int) -> int:
+    return min(n, waves * max(1, math.ceil(rate * WAVE_S)))
+
+
+def max_connections() -> int:
+    """At most half the open-file limit: past it a request waits for a free connection, which counts in its
+    latency from schedule (the wait is a queue, as on the server) and never in the client's lateness."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return max(16, min(10_000, (soft if soft != resource.RLIM_INFINITY else 20_000) // 2))
+
+
+class Pool:
+    """Keep-alive connections: a request takes a free one (the most recently used) or opens a new one."""
+
+    def __init__(self, client: StreamClient, limit: int | None = None):
+        self.client, self.limit = client, limit or max_connections()
+        self.all: list[Connection] = []
+        self.free: list[Connection] = []
+        self._freed = asyncio.Event()
+
+    async def get(self) -> Connection:
+        while not self.free and len(self.all) >= self.limit:
+            self._freed.clear()
+            await self._freed.wait()
+        if self.free:
+            return self.free.pop()
+        conn = self.client.connection()
+        self.all.append(conn)
+        return conn
+
+    def put(self, conn: Connection) -> None:
+        self.free.append(conn)  # a closed one reopens on its next use (Connection.ensure)
+        self._freed.set()
+
+    def close(self) -> None:
+        for c in self.all:
+            c.close()
+
+
+async def drive_open(client: StreamClient, gen: PromptGenerator, rate: float, repeat: int, phase: str,
+                     offsets: list[int], pool: Pool, on_record: Callable[[RequestRecord], None],
+                     dead: Callable[[], str | None] | None = None, keep: bool = True) -> Flow:
+    """Sends request i at t0 + offsets[i]. As in runner.drive, every request taken is recorded exactly once
+    (sent = recorded), also when the phase is stopped by a dead deployment, Ctrl-C or a failed write."""
+    clock = time.perf_counter_ns
+    flow = Flow(len(offsets), 0.0)
+    tasks: list[asyncio.Task] = []  # the scheduler, then every request; runner.watch cancels them all
+    failure: list[BaseException] = []
+    finished = asyncio.Event()
+    live = [0]
+
+    def record(rec: RequestRecord) -> None:
+        flow.recorded += 1
+        if keep:
+            flow.records.append(rec)
+        on_record(rec)
+
+    def done(t: asyncio.Task) -> None:
+        live[0] -= 1
+        if not t.cancelled() and t.exception() is not None and not failure:
+            failure.append(t.exception())  # type: ignore[arg-type]
+        if failure or live[0] == 0:
+            finished.set()
+
+    def spawn(coro) -> None:
+        t = asyncio.create_task(coro)
+        live[0] += 1
+        t.add_done_callback(done)
+        tasks.append(t)
+
+    async def one(i: int, due: int) -> None:
+        began = clock()
+        if flow.take() is None:  # taken once started: a task cancelled before it ran sent nothing
+            return
+        rec = RequestRecord(level=rate, index=i, repeat=repeat, phase=phase, t_due_ns=due,  # type: ignore[arg-type]
+                            t_task_ns=began)
+        conn = None
+        try:
+            conn = await pool.get()
+            await client.measure(conn, gen.prompt(rate, i + repeat * 1_000_000, phase), rec)  # type: ignore[arg-type]
+        except BaseException as e:  # taken means recorded, whatever stopped it
+            stopped(rec, e, flow)
+            if conn is not None:
+                conn.close()
+            record(rec)
+            raise
+        finally:
+            if conn is not None:
+                pool.put(conn)
+        record(rec)
+        flow.reached(rec)
+
+    async def scheduler() -> None:
+        t0 = clock()
+        for i, off in enumerate(offsets):
+            due = t0 + off
+            while (wait := due - clock()) > 0:
+                await asyncio.sleep(wait / 1e9)
+            if flow.abort is not None:
+                return
+            spawn(one(i, due))  # overdue requests go out at once, in a burst: the schedule is never stretched
+
+    spawn(scheduler())
+    await _until_done(flow, tasks, finished, failure, dead)
+    return flow
+
+
+async def _until_done(flow: Flow, tasks: list[asyncio.Task], finished: asyncio.Event, failure: list[BaseException],
+                      dead: Callable[[], str | None] | None) -> None:
+    """Waits for every request of the phase, watching the deployment; on Ctrl-C or a failed request's error the
+    rest are cancelled (each records what it had in flight) and the error goes on."""
+    watcher = asyncio.create_task(watch(flow, tasks, dead))
+    try:
+        await finished.wait()
+    except asyncio.CancelledError:  # Ctrl-C / SIGTERM: the requests record what they had in flight
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    finally:
+        watcher.cancel()
+    if failure:  # e.g. results could not be written: stop the rest, then say why
+        flow.abort = flow.abort or f"stopped: {failure[0]}"
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise failure[0]
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def warm_open(client: StreamClient, gen: PromptGenerator, rate: float, n: int, arrival: str = "poisson",
+                    seed: int | str = 0, on_record: Callable[[RequestRecord], None] = lambda r: None,
+                    dead: Callable[[], str | None] | None = None) -> str | None:
+    """n unmeasured requests at one rate (the warmup sweep before the first measured level; n: warmup_requests);
+    returns why it stopped early, if it did."""
+    pool = Pool(client)
+    try:
+        flow = await drive_open(client, gen, rate, 0, "warmup-sweep", schedule(rate, n, arrival, seed, 0,
+                                "warmup-sweep"), pool, on_record, dead, keep=False)
+        return flow.abort
+    finally:
+        pool.close()
+
+
+async def run_rate_level(client: StreamClient, gen: PromptGenerator, rate: float, n_requests: int,
+                         *, arrival: str = "poisson", seed: int | str = 0, repeat: int = 0, warmup_waves: int = 1,
+                         on_record: Callable[[RequestRecord], None] = lambda r: None,
+                         on_progress: Callable[[RequestRecord], None] = lambda r: None,
+                         process_cpu: Callable[[], dict[int, tuple[str, float]]] | None = None,
+                         on_measure_start: Callable[[], None] | None = None,
+                         dead: Callable[[], str | None] | None = None) -> LevelRun:
+    """One open-loop level: `warmup_waves` unmeasured seconds of its schedule, then n_requests measured ones."""
+    pool = Pool(client)
+    try:
+        if warmup_waves:
+            n_warm = warmup_requests(rate, warmup_waves, n_requests)
+            warmup = await drive_open(client, gen, rate, repeat, "warmup",
+                                      schedule(rate, n_warm, arrival, seed, repeat, "warmup"), pool, on_record, dead,
+                                      keep=False)
+            if warmup.abort:
+                return LevelRun(concurrency=0, rate=rate, repeat=repeat, records=[], sent=0, aborted=warmup.abort,
+                                client=judge_client(0.0, Dist(), Dist()), process_cpu_s={}, window_s=0.0)
+        offsets = schedule(rate, n_requests, arrival, seed, repeat, "measure")
+        w = await measured_window(
+            lambda measured: drive_open(client, gen, rate, repeat, "measure", offsets, pool, measured, dead),
+            on_record, on_progress, process_cpu, on_measure_start)
+    finally:
+        pool.close()
+    records = w.flow.records
+    # the client's lateness is judged against the schedule (stats.schedule_check, its own bound), not by the
+    # closed loop's 1 ms dispatch rule: asyncio timers alone wake up to 1 ms late; CPU and loop lag are judged alike
+    health = judge_client(w.cpu_pct, w.lag, Dist())
+    health.dispatch_delay_ms = Dist.of([r.dispatch_delay_ms for r in records])
+    return LevelRun(concurrency=0, rate=rate, repeat=repeat, records=[r.to_json() for r in records],
+                    sent=w.flow.sent, aborted=w.flow.abort, client=health, process_cpu_s=w.process_cpu_s,
+                    window_s=w.window_s)

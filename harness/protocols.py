@@ -1,9 +1,0 @@
-"""Wire protocols by `Endpoint.protocol`: which streaming client measures a deployment. Each client is
-measured against the reference engine by `make bench-harness` (its excess over a raw-socket floor)."""
-
-from __future__ import annotations
-
-from harness.client import StreamClient
-from harness.triton_client import TritonStreamClient
-
-CLIENTS: dict[str, type[StreamClient]] = {c.protocol: c for c in (StreamClient, TritonStreamClient)}

@@ -1,0 +1,138 @@
+"""A compare's verdicts in words, presentation only: the headline names the worst significant endpoint at the
+level where the layer did worst (a goodput collapse or a TTFT blow-up is never hidden behind an inconclusive
+throughput), every other endpoint with its verdict or what the run could have detected, and one line lists the
+levels by verdict."""
+
+from __future__ import annotations
+
+import math
+
+from harness.analysis.judging import ENDPOINTS
+from harness.analysis.verdict import pct
+from harness.reporting.format import fmt, share_pct
+from harness.schemas import CompareSummary, LevelDelta, Verdict, levels_text
+
+NAMES = {ep.key: ep.name for ep in ENDPOINTS}
+
+
+def _badness(lv: LevelDelta, call: str) -> float:
+    """How far the level's significant endpoints moved (log ratio, or goodput points)."""
+    return max((abs(v.estimate) for v in lv.endpoints.values() if v.verdict == call), default=0.0)
+
+
+def headline_level(s: CompareSummary) -> LevelDelta | None:
+    """The level the headline speaks of: the worst significant overhead, else the largest gain, else the highest
+    level with a verdict, else the highest measured one."""
+    judged = [lv for lv in s.levels if lv.judged]
+    for call in ("overhead", "gain"):
+        hits = [lv for lv in judged if lv.verdict == call]
+        if hits:
+            return max(hits, key=lambda lv: (_badness(lv, call), lv.level))
+    return judged[-1] if judged else s.top
+
+
+def figure(key: str, lv: LevelDelta) -> str:
+    """The endpoint's effect as both sides' figures: goodput 100% → 18%, TTFT p95 ×2.9 (174 → 505 ms), -12.0%."""
+    v = lv.endpoints.get(key)
+    if key == "goodput":
+        return f"goodput {share_pct(lv.baseline_goodput)} → {share_pct(lv.stack_goodput)}"
+    if key == "ttft_p95":
+        ratio = math.exp(v.estimate) if v is not None and v.estimate is not None else None
+        return (f"TTFT p95 ×{fmt(ratio, '{:.2f}')} ({fmt(lv.baseline_ttft_p95_ms, '{:,.0f}')} → "
+                f"{fmt(lv.stack_ttft_p95_ms, '{:,.0f}')} ms)")
+    return f"throughput {fmt(lv.delta_pct, '{:+.1f}%')}"
+
+
+def detectable(key: str, v: Verdict) -> str:
+    """The smallest effect the run could have detected, in the endpoint's own terms."""
+    if v.mde is None or not math.isfinite(v.mde):
+        return "no interval: fewer than 2 deployment pairs and no A/A of this profile on this host"
+    size = f"±{100 * v.mde:.0f} points" if key == "goodput" else f"±{abs(pct(v.mde)):.0f}%"
+    return f"this run could have detected {size} and no less"
+
+
+def endpoint_text(key: str, lv: LevelDelta, margin: float, short: bool = False) -> str:
+    v = lv.endpoints.get(key)
+    if v is None:
+        return f"{NAMES[key]}: not judged"
+    if v.verdict in ("overhead", "gain"):
+        interval = (f" (95% interval {_interval(key, v)})" if not short else "")
+        return f"{figure(key, lv)}{interval}"
+    if v.verdict == "equivalent":
+        within = f"±{100 * margin:.0f} points" if key == "goodput" else f"±{100 * margin:.0f}%"
+        return f"{NAMES[key]} equivalent (within {within})"
+    why = detectable(key, v)
+    return f"{NAMES[key]} inconclusive ({why.removeprefix('this run ').removesuffix(' and no less') if short else why})"
+
+
+def _interval(key: str, v: Verdict) -> str:
+    if key == "goodput":
+        return f"{100 * v.lo:+.0f}…{100 * v.hi:+.0f} points"
+    return f"{pct(v.lo):+.1f}…{pct(v.hi):+.1f}%"
+
+
+def verdict_sentence(s: CompareSummary, lv: LevelDelta) -> str:
+    """'overhead: goodput 100% → 18%, TTFT p95 ×2.9 (…); throughput inconclusive (could have detected ±61%)'."""
+    if not lv.judged:
+        return f"{lv.verdict}: {lv.why or 'no verdict'}"
+    hit = [k for k, v in lv.endpoints.items() if v.verdict == lv.verdict and lv.verdict in ("overhead", "gain")]
+    rest = [k for k in lv.endpoints if k not in hit]
+    head = f"{lv.verdict}: " + ", ".join(endpoint_text(k, lv, s.margin, short=True) for k in hit) if hit \
+        else f"{lv.verdict}"
+    tail = "; ".join(endpoint_text(k, lv, s.margin, short=True) for k in rest)
+    return head + (f"; {tail}" if tail and hit else f": {tail}" if tail else "")
+
+
+def by_level(s: CompareSummary) -> str | None:
+    """'by level (Holm across 3 levels, 2 deployment pairs): overhead at c=[4, 16] (goodput); inconclusive at …'."""
+    if not s.levels:
+        return None
+    groups: dict[str, list[LevelDelta]] = {}
+    for lv in s.levels:
+        groups.setdefault(lv.verdict, []).append(lv)
+    judged = sum(lv.judged for lv in s.levels)
+    parts = []
+    for call in ("overhead", "gain", "equivalent", "inconclusive", "host-bound", "client-bound", "missing"):
+        lvs = groups.get(call, [])
+        if lvs:
+            whys = sorted({lv.why for lv in lvs if lv.why and lv.judged})
+            parts.append(f"{call} at {levels_text([lv.level for lv in lvs], s.open_loop)}"
+                         + (f" ({'; '.join(whys)})" if whys else ""))
+    pairs = max((lv.pairs for lv in s.levels), default=0)
+    return (f"by level (Holm's correction across the {judged} judged levels; {pairs} deployment pair"
+            f"{'s' if pairs != 1 else ''}): " + "; ".join(parts))
+
+
+def _cell(key: str, lv: LevelDelta) -> str:
+    v = lv.endpoints.get(key)
+    if v is None:
+        return "—"
+    if v.se is None:
+        return f"{v.verdict} (no interval)"
+    est = f"{100 * v.estimate:+.0f} points" if key == "goodput" else (
+        f"×{math.exp(v.estimate):.2f}" if key == "ttft_p95" else f"{pct(v.estimate):+.1f}%")
+    note = "" if v.p_holm is None or v.p is None or not (v.p < 0.05 <= v.p_holm) else \
+        ", interval excludes 0 before Holm's correction"
+    return f"{v.verdict}: {est} ({_interval(key, v)}{note})"
+
+
+def verdict_table(s: CompareSummary):
+    """Per level: its verdict and each endpoint's estimate, 95% interval and verdict, and throughput's MDE."""
+    caption = (f"Each level's verdict is its worst significant endpoint. The unit is a deployment: {s.pairs} "
+               f"pair(s) of a baseline and a stack deployment in counterbalanced order (AB, BA, BA, AB, …), "
+               f"{s.repeats} sweep(s) each; the interval comes from a mixed model of the pairs' differences (a pair "
+               "effect shared by the levels, and a residual per window), in log terms for throughput and TTFT p95 and "
+               "in points for goodput, with Holm's correction across the levels. Overhead/gain: the corrected test "
+               f"rejects no effect; equivalent: the 90% interval lies within ±{100 * s.margin:.0f}% (goodput: "
+               "points); otherwise inconclusive, with the smallest throughput change this run could have detected "
+               "(80% power). "
+               + (f"Pooled with, and floored at, this host's latest A/A of the profile ({s.aa.run_id})."
+                  if s.aa and s.aa.components else "No A/A of this profile on this host yet (`make compare "
+                  "STACK=vllm PROFILE=...`): the intervals rest on this compare's pairs alone."))
+    rows = [[lv.level_text, f"**{lv.verdict}**" + (f" ({lv.why})" if lv.why and lv.judged else ""),
+             _cell("throughput", lv), _cell("goodput", lv), _cell("ttft_p95", lv),
+             detectable("throughput", lv.endpoints["throughput"]).removeprefix("this run could have detected ")
+             .removesuffix(" and no less") if "throughput" in lv.endpoints else (lv.why or "—")]
+            for lv in s.levels]
+    return ("Verdicts by level", caption, ["level", "verdict", "throughput", "goodput", "TTFT p95",
+                                           "throughput MDE"], rows)

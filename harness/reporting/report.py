@@ -1,0 +1,221 @@
+"""The compare report, presentation only: reports/<run-id>/report.md + a self-contained report.html (plots
+inline) in the order an adopter decides by: the headline (delta with its interval, goodput, TTFT, capacity at the
+SLO, where the latency went), warnings, the decision tables, the plots, then the details (CPU, observability, the
+long metric and port lists) and how it was measured. The tables come from harness/reporting/report_tables.py; the
+terminal's
+short summary from harness/reporting/terminal.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.analysis.latency_split import hidden, lagging, split
+from harness.load.topology import cores_sentence
+from harness.reporting.document import Table, write_document
+from harness.reporting.emulation_report import step_line, step_table, step_warnings
+from harness.reporting.format import fmt, major_processes, markdown_table, scrape_policy_text, share_pct
+from harness.reporting.headline import by_level, headline_level, verdict_sentence
+from harness.reporting.plots import plots, side_names
+from harness.reporting.report_tables import (
+    audit_tables,
+    capacities,
+    capacity_text,
+    decision_tables,
+    detail_tables,
+    slo_text,
+)
+from harness.reporting.run_report import health_warnings
+from harness.schemas import AuditResult, CompareSummary, level_text
+
+REPORTS_DIR = Path("reports")
+
+
+def audit_markdown(a: AuditResult, heading: str | None = None) -> list[str]:
+    """The audit as Markdown lines; heading: which shape of the stack, when the audit covers several."""
+    md = [f"## {heading}", ""] if heading else []
+    md += [f"- {n}" for n in a.notes] + [""]
+    for name, caption, header, rows in audit_tables(a):
+        md += [f"### {name}" if heading else f"## {name}", "", *([caption, ""] if caption else []),
+               markdown_table(header, rows), ""]
+    return md
+
+
+def audit_gist(a: AuditResult, shape: str | None = None) -> list[str]:
+    """The audit in a few lines for the terminal: what survived, what was lost, what listens beyond loopback."""
+    head = f"**{a.stack}{f' ({shape})' if shape else ''}**: {a.kept}/{len(a.families)} of the baseline's vllm:* " \
+        f"families visible behind the layer (" + ", ".join(f"{v} {k}" for k, v in sorted(a.counts.items())) + ")"
+    return [head, *[f"  {n}" for n in a.notes]]
+
+
+def _published(s: CompareSummary) -> list[str]:
+    """Whether this run agrees with the published measurement of the same shape (same verdict at its level)."""
+    p = s.published
+    if p is None:
+        return []
+    said = f"- {p.source} measured {p.delta_pct:+.1f}% at c={p.concurrency} ({p.verdict}); "
+    if getattr(s, "open_loop", False):
+        return [said + "this run offered request rates, not concurrencies: no level to hold it to"]
+    lv = next((lv for lv in s.levels if lv.concurrency == p.concurrency and lv.delta_pct is not None), None)
+    if lv is None:
+        return [said + f"this run has no c={p.concurrency} level to hold it to"]
+    same = lv.verdict == p.verdict or (p.verdict == "within noise" and lv.verdict in ("equivalent", "inconclusive"))
+    agrees = "agrees" if same else "does not agree"
+    return [said + f"this run: {lv.delta_pct:+.1f}% ({lv.verdict}), which {agrees}"]
+
+
+def decision(s: CompareSummary) -> list[str]:
+    """The headline an adopter reads first: the delta at the highest level with its interval, goodput and TTFT,
+    each side's capacity at the SLO, and what the layer added outside the engine."""
+    top = headline_level(s)
+    b, st = side_names(s)
+    lines = [*model_line(s), *target_line(s), *step_line(s)]
+    if top is not None:
+        lines.append(f"**{s.stack}{f' ({s.shape})' if s.shape else ''} at {top.level_text} against bare vLLM "
+                     f"{s.versions.get('baseline', '?')}: {verdict_sentence(s, top)}** ({b} → {st}: "
+                     f"{fmt(top.baseline_tok_s, '{:,.0f}')} → {fmt(top.stack_tok_s, '{:,.0f}')} output tok/s, "
+                     f"goodput {share_pct(top.baseline_goodput)} → {share_pct(top.stack_goodput)}, TTFT p95 "
+                     f"{fmt(top.baseline_ttft_p95_ms, '{:,.0f}')} → {fmt(top.stack_ttft_p95_ms, '{:,.0f}')} ms)")
+        if (levels := by_level(s)) is not None:
+            lines.append(levels)
+    else:
+        lines.append(f"**{s.stack}: no level measured on both sides** (status {s.status})")
+    caps = capacities(s)
+    if caps and s.slo is not None:
+        lines.append(f"capacity at {slo_text(s)} among the measured levels: "
+                     + "; ".join(f"{name} {capacity_text(caps[label], s.runs[label].status)}" for label, name in
+                                 (("stack", st), ("baseline", b)) if label in caps))
+    lines += _where_it_went(s)
+    return lines
+
+
+MODEL_WORDS = {"tiny": "the generated 2-layer random Qwen2, computed on this host's CPU",
+               "gpu-like": "the tiny model with an emulated GPU step", "path": "a local model directory",
+               "hub": "from the Hugging Face hub, through the HF cache"}
+
+
+def model_line(s: CompareSummary) -> list[str]:
+    """What both sides served, and where: the line that tells a real-model GPU run from a CPU smoke test."""
+    m = s.model
+    if m is None:
+        return []
+    if s.target != "local":
+        where = f"on the {'cluster' if s.target == 'k8s' else 'docker host'}'s GPUs"
+    elif s.devices and s.gpu_host:
+        names = {g["index"]: g["name"] for g in s.gpu_host.get("gpus", [])}
+        where = (f"on GPU {', '.join(map(str, s.devices))} ({', '.join(sorted({names.get(d, '?') for d in s.devices}))}"
+                 f"), tensor_parallel_size {len(s.devices)}")
+    else:
+        where = "on this host's CPU (no GPU)"
+    return [f"served: **{m.text()}** ({MODEL_WORDS[m.source]}) {where}, the same on both sides"]
+
+
+def target_line(s: CompareSummary) -> list[str]:
+    """Where a cluster or docker compare ran: the target, its context, each side's image and node."""
+    if s.target == "local" or not s.cluster:
+        return []
+    c = s.cluster
+    where = ", ".join(x for x in (f"context `{c['context']}`" if c.get("context") else "",
+                                  f"namespace {c['namespace']}" if c.get("namespace") else "") if x)
+    sides = []
+    for label in ("baseline", "stack"):
+        side = c.get(label) or {}
+        nodes = ", ".join(side.get("nodes") or [])
+        sides.append(f"{label} {', '.join(side.get('images') or ['?'])}" + (f" on node {nodes}" if nodes else ""))
+    pods = c.get("pods") or {}
+    counts = "; ".join(f"{label}: " + ", ".join(f"pod {p['pod']} sent {p['sent']} recorded {p['recorded']}"
+                                                for p in ps) for label, ps in pods.items() if len(ps) > 1)
+    return [f"target: **{s.target}**" + (f" ({where})" if where else "") + "; " + "; ".join(sides)
+            + (f"; load pods: {counts}" if counts else "")]
+
+
+def _where_it_went(s: CompareSummary) -> list[str]:
+    rows = [r for r in split(s.runs) if r.stack is not None] if s.runs else []
+    if not rows or s.is_aa:
+        return []
+    if hidden(rows, "stack"):
+        return [f"where the latency went: {s.stack} hides the engine's TTFT and E2E histograms, so the time it adds "
+                "outside the engine cannot be told apart from the engine's"]
+    if lagging(rows, "stack"):
+        return [f"where the latency went: the engine's histograms behind {s.stack} counted other requests than the "
+                "client in every window (their exporter lags), so the time outside the engine cannot be measured"]
+    r = next((r for r in reversed(rows) if r.layer_ttft_ms is not None), None)
+    if r is None or r.stack is None or r.baseline is None:
+        return []
+    return [f"where the latency went at {level_text(r.level, s.open_loop)}: {s.stack} adds "
+            f"{fmt(r.layer_ttft_ms, '{:+.0f}')} ms to TTFT and {fmt(r.layer_e2e_ms, '{:+.0f}')} ms to E2E outside the "
+            f"engine (client − engine: {fmt(r.stack.outside_ttft_ms, '{:.0f}')} ms behind {s.stack} vs "
+            f"{fmt(r.baseline.outside_ttft_ms, '{:.0f}')} ms for the bare API server)"
+            + ("; from the repeats whose engine histograms counted the client's requests (the others lagged)"
+               if r.stack.count_off else "")]
+
+
+def warnings(s: CompareSummary) -> list[str]:
+    """What could make the figures wrong or incomplete: failures, stopped levels, scrape gaps, exposed ports,
+    a client that could not keep up."""
+    lines = []
+    if not s.version_match:
+        lines.append(f"**engine versions differ**: {s.versions}")
+    if not s.settings_match:
+        lines.append("**engine settings differ**: " + "; ".join(s.settings_mismatches))
+    for label, why in s.failures.items():
+        lines.append(f"**{label} failed**: {why.splitlines()[0]} (what was measured before is kept)")
+    lines += [f"**level stopped early** at {lv.level_text}: {x} (left out of the figures)"
+              for lv in s.levels for x in lv.incomplete]
+    if s.instability is not None and s.instability.unstable:
+        lines.append(f"**{s.stack} is unstable**: {s.instability.text()}: its mean at a level says less than the "
+                     "baseline's")
+    if s.left_out:
+        lines.append("**levels left out** (this host could not emulate them): " + "; ".join(
+            f"{level_text(c, s.open_loop)}: {why}" for c, why in sorted(s.left_out.items())))
+    for label, run in s.runs.items():
+        if run.scrape_gaps:
+            lines.append(f"metric scrape gaps ({label}): {run.scrape_gaps} of {run.scrapes} scrapes failed"
+                         + "".join(f", {k} {v}" for k, v in run.scrape_gap_reasons.items())
+                         + (" (404: an endpoint without /metrics, see the audit's endpoint table)"
+                            if "http 404" in run.scrape_gap_reasons else ""))
+        if run.exposed_ports:
+            lines.append(f"**{label} listens beyond loopback**: {', '.join(run.exposed_ports)}")
+        lines += [f"**warning**: {w}" for w in health_warnings(run, f" during {label}")]
+    return lines + step_warnings(s)
+
+
+def context(s: CompareSummary) -> list[str]:
+    """What ran, how it was measured and where the cores went."""
+    aa = " (A/A: a second deployment of the same bare vLLM, this host's noise floor)" if s.is_aa else ""
+    lines = [f"stack **{s.stack}**{aa} (in the request path: {'yes' if s.in_request_path else 'no'}) vs baseline "
+             f"**{s.baseline_stack}**; vLLM {s.versions.get('baseline')} / {s.versions.get('stack')} "
+             f"({'same version' if s.version_match else 'VERSIONS DIFFER'}); profile `{s.profile}`, "
+             f"{s.repeats} repeat(s); status **{s.status}**" + (f"; wall time {s.wall_s:.0f} s" if s.wall_s else "")]
+    if s.options:
+        lines.append("stack options: " + ", ".join(f"{k}={v}" for k, v in s.options.items()))
+    lines += [x[2:] for x in _published(s)]
+    lines.append("engine settings applied identically: " + ("yes" if s.settings_match else
+                                                            "NO — " + "; ".join(s.settings_mismatches)))
+    if s.invocations > 1:
+        lines.append(f"measured over {s.invocations} invocations (`compare --resume`): the throughput table says "
+                     "which one measured each level; the wall time is the last one's")
+    lines.append(f"metric scraping: {scrape_policy_text(s.scrape_policy)}, the same for both deployments"
+                 + (f"; {s.observer_effect}" if s.observer_effect else ""))
+    for label, run in s.runs.items():
+        major = major_processes(getattr(lv, f"{label}_cpu_cores") for lv in s.levels)
+        cores = cores_sentence(run.cores, s.host_cores, run.engine_binding, run.sampler_cpu_pct, only=major)
+        lines.append(f"cores ({label}): {cores}")
+    if s.audit:
+        lines += [f"observability: {note}" for note in s.audit.notes]
+    return lines
+
+
+def write_report(s: CompareSummary, out_dir: Path, bullets: list[str] | None = None,
+                 extra: list[Table] | None = None, details: list[Table] | None = None,
+                 ttfts: dict[str, dict[float, list[float]]] | None = None) -> Path:
+    """bullets: more headline lines (without "- "); extra: more decision tables; details: more detail tables;
+    ttfts: per-request TTFT (ms) by side and level, for the distribution plot."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    images = plots(s, out_dir, ttfts)
+    title = f"layerbench: {s.stack}{f' ({s.shape})' if s.shape else ''} vs {s.baseline_stack} — {s.run_id}"
+    headline = [*decision(s), *list(bullets or []), *warnings(s)]
+    path = write_document(out_dir, title, headline, [*decision_tables(s), *step_table(s), *(extra or [])], images,
+                          [*detail_tables(s), *(details or [])], notes=context(s))
+    (out_dir / "summary.json").write_text(json.dumps(s.model_dump(exclude={"runs"}), indent=2, default=str))
+    return path

@@ -1,0 +1,91 @@
+"""A compare as it is stored in compare.json and read by every report."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from harness.profile import SLO, EmulatedStep
+from harness.schemas.audit import AuditResult
+from harness.schemas.deploy import AppliedConfig, PublishedResult, ServedModel
+from harness.schemas.verdicts import MARGIN, Components, Instability, LevelDelta
+from harness.schemas.window import RunSummary
+
+
+class AAReference(BaseModel):
+    """The latest A/A compare (bare vLLM vs bare vLLM) of the same profile: this host's noise floor."""
+
+    run_id: str
+    # level (c, or req/s in an open loop) -> (delta %, interval half-width %, verdict)
+    levels: dict[int | float, tuple[float | None, float | None, str]]
+    components: dict[str, Components] = {}  # per endpoint: its variance components (pooled in, and a floor)
+    pairs: int = 0
+
+
+class CompareSummary(BaseModel):
+    run_id: str
+    stack: str
+    baseline_stack: str
+    in_request_path: bool
+    shape: str | None = None  # which form of the stack, where it has several (KServe: "raw mode")
+    published: PublishedResult | None = None  # what a study measured for this shape (the report compares)
+    profile: str
+    repeats: int  # measured sweeps per deployment
+    pairs: int = 1  # deployment pairs
+    order: list[int] = []  # per pair: +1 the baseline was deployed first, -1 the stack
+    margin: float = MARGIN  # the equivalence margin (profile's equivalence_margin)
+    components: dict[str, Components] = {}  # this compare's own variance components per endpoint
+    instability: Instability | None = None
+    left_out: dict[int | float, str] = {}  # levels of the profile not measured, and why (gpu-like calibration)
+    versions: dict[str, str]
+    version_match: bool
+    applied: dict[str, AppliedConfig]
+    settings_match: bool
+    settings_mismatches: list[str]
+    options: dict
+    status: str = "running"
+    failures: dict[str, str] = {}
+    levels: list[LevelDelta] = []
+    audit: AuditResult | None = None
+    wall_s: float | None = None
+    runs: dict[str, RunSummary] = {}
+    aa: AAReference | None = None
+    scrape_policy: str = "boundary"
+    observer_effect: str | None = None  # what the observer benchmark measured for this policy, where it exists
+    placement: str | None = None
+    host_cores: int = 0
+    invocations: int = 1  # how many `compare` / `compare --resume` invocations measured it
+    slo: SLO | None = None  # the profile's, which goodput and the report's capacity are judged by
+    metricless: dict[str, str] = {}  # the stack's Stack.metricless_endpoints(): listed by the audit, not scraped
+    renames: tuple[str, ...] | None = None  # the stack's Stack.metric_aliases(), for reading its scrapes again
+    emulated_step: EmulatedStep | None = None  # the GPU-like engine's configured step (engine.model: gpu-like)
+    model: ServedModel | None = None  # what both sides served: id, resolved revision, config digest
+    devices: list[int] = []  # the GPUs each side was given (the same for both); [] on a host without GPUs
+    gpu_host: dict | None = None  # the host's GPUs (harness.gpus.GpuHost.to_json); None: no GPU
+    target: str = "local"  # where both sides ran: local, k8s or docker
+    cluster: dict | None = None  # k8s/docker: the context, server, namespace, and each side's images and nodes
+
+    @property
+    def on_gpu(self) -> bool:
+        """Measured on a GPU host (the CPU-host readings of the report do not apply)."""
+        return bool(self.devices)
+
+    @property
+    def open_loop(self) -> bool:
+        """Its levels are offered request rates (an open-loop profile)."""
+        return any(lv.rate is not None for lv in self.levels)
+
+    @property
+    def is_aa(self) -> bool:
+        """The same stack on both sides (bare vLLM against bare vLLM): differences are this host's noise."""
+        return self.stack == self.baseline_stack
+
+    @property
+    def measured_repeats(self) -> set[tuple[str, float, int]]:
+        """(side, level, repeat) of every repeat that counts in the figures (not stopped early)."""
+        return {(label, lv.stats.level, lv.stats.repeat) for label, run in self.runs.items() for lv in run.levels
+                if lv.incomplete is None}
+
+    @property
+    def top(self) -> LevelDelta | None:
+        """The highest level with a delta: the one a headline quotes."""
+        return next((lv for lv in reversed(self.levels) if lv.delta_pct is not None), None)
