@@ -1,5 +1,6 @@
 """Typed stack options: a bad `--opt` value is refused when the stack is constructed, naming the stack and the
-option, before anything is deployed; the README's option table is the models' fields."""
+option, before anything is deployed; the reference's stack and option tables are the registry's stacks and the
+models' fields."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ import pytest
 from pydantic.fields import FieldInfo
 
 import stacks  # noqa: F401  (registers every adapter)
-from harness.cli import main
+from harness.cli.main import main
 from harness.errors import LayerbenchError
 from stacks.base import REGISTRY, DeploySettings, get_stack
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference.md"
 KINDS = tuple(sorted(REGISTRY))
 
 
@@ -100,14 +101,19 @@ def test_cli_refuses_a_bad_option_before_anything_is_deployed(tmp_path, capsys, 
     assert not (tmp_path / "reports").exists()
 
 
-# --- the README's option table -------------------------------------------------------------------------
+# --- the reference's stack and option tables -------------------------------------------------------------
+
+def _rows(heading: str) -> list[list[str]]:
+    text = REFERENCE.read_text()
+    section = text.split(heading, 1)[1].split("\n#", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    assert rows, f"no rows under {heading!r} in docs/reference.md"
+    return [[c.strip().replace("`", "") for c in line.strip().strip("|").split(" | ")] for line in rows]
+
 
 def _readme_rows() -> list[list[str]]:
-    text = README.read_text()
-    section = text.split("### Stack options", 1)[1].split("\n#", 1)[0]
-    rows = [line for line in section.splitlines() if line.startswith("| `")]
-    assert rows, "no option rows under '### Stack options' in README.md"
-    return [[c.strip().replace("`", "") for c in line.strip().strip("|").split(" | ")] for line in rows]
+    return _rows("### Stack options")
+
 
 
 def _num(x: float) -> str:
@@ -153,5 +159,5 @@ def test_readme_option_table_matches_the_models():
 
 
 def test_readme_stack_table_lists_every_stack():
-    stacks_section = README.read_text().split("### Stacks", 1)[1].split("###", 1)[0]
+    stacks_section = REFERENCE.read_text().split("### Stacks", 1)[1].split("###", 1)[0]
     assert set(re.findall(r"^\| `([a-z-]+)` \|", stacks_section, re.M)) == set(KINDS)
