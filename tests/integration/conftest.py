@@ -17,13 +17,15 @@ OUTPUT_TOKENS = 16
 
 @pytest.fixture
 def small_compare(tmp_path, write_profile) -> Callable[[str], tuple[int, Path, CompareSummary]]:
-    """compare(stack, *cli args) at c=1 and c=4, one repeat, 16 output tokens: (exit code, run folder, its
-    compare.json)."""
+    """compare(stack, *cli args) at c=1 and c=4, one repeat, 16 output tokens, one deployment pair unless the
+    args say otherwise (a stack's deployments are what these tests check; the interval over pairs is tested
+    with the reference engine and in the A/A): (exit code, run folder, its compare.json)."""
 
     def run(stack: str, *args: str) -> tuple[int, Path, CompareSummary]:
         profile = write_profile(concurrency=[1, 4], requests=20, requests_per_concurrency=0, min_duration_s=3,
                                 input_tokens=48, output_tokens=OUTPUT_TOKENS, engine=ENGINE)
-        rc = main(["compare", "--stack", stack, "--profile", str(profile), "--repeats", "1",
+        pairs = [] if "--pairs" in args else ["--pairs", "1"]
+        rc = main(["compare", "--stack", stack, "--profile", str(profile), "--repeats", "1", *pairs,
                    "--results-dir", str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports"), *args])
         folder = next((tmp_path / "results").iterdir())
         return rc, folder, CompareSummary.model_validate_json((folder / "compare.json").read_text())
