@@ -1,0 +1,102 @@
+"""vLLM's router (`vllm-router`, the vLLM project's Rust load balancer, from scripts/setup_vllm-router.sh into
+.venv-vllm-router) in front of a bare vLLM, as one worker. It passes the engine's SSE stream through byte for
+byte; its routing policy is an option. Retries and the circuit breaker are off, so a failed request is counted as
+one instead of being retried out of sight.
+
+Its Prometheus metrics (`vllm_router_*`) are on a port of their own; its serving port has no `/metrics`, and the
+engine's `vllm:*` families stay on the bare vLLM's port behind it."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from stacks.base import PROJECT_ROOT, Stack, StackOptions, register
+from stacks.fronted import FrontedEngineStack
+from stacks.procs import free_port
+
+ROUTER_VENV = PROJECT_ROOT / ".venv-vllm-router"
+PORT, METRICS_PORT = 8080, 29000  # in a pod
+IMAGE = "vllm/vllm-router:v0.1.17"  # the version the local stack pins
+
+
+class RouterOptions(StackOptions):
+    # power_of_two needs two workers and kv_aware the engine's KV events: neither applies in front of one engine
+    policy: Literal["cache_aware", "round_robin", "random", "consistent_hash", "sticky_least_loaded"] = Field(
+        "cache_aware", description="the router's policy (its --policy; cache_aware is its own default)")
+    image: str | None = Field(None, min_length=1,
+                              description=f"k8s target: the layer's image (default {IMAGE}, the version pinned here)")
+
+
+@register
+class VllmRouterStack(FrontedEngineStack):
+    kind = "vllm-router"
+    description = "vLLM's Rust router (vllm-router 0.1.17) in front of bare vLLM"
+    server_name = "vllm-router"
+    front_role = "vllm-router"
+    Options = RouterOptions
+    options: RouterOptions
+    k8s_form = "stacks.vllm_router:render_k8s"
+
+    def __init__(self, settings: Any):
+        super().__init__(settings)
+        self.metrics_port = free_port()
+
+    def ports(self) -> list[int]:
+        return [self.port, self.metrics_port]
+
+    def args(self, upstream: str, host: str, port: int, metrics_port: int) -> list[str]:
+        return ["--host", host, "--port", str(port), "--worker-urls", upstream, "--policy", self.options.policy,
+                "--prometheus-host", host, "--prometheus-port", str(metrics_port), "--log-level", "info",
+                "--worker-startup-check-interval", "1", "--disable-retries", "--disable-circuit-breaker"]
+
+    def front_command(self, upstream: str) -> tuple[list[str], dict[str, str]]:
+        exe = ROUTER_VENV / "bin" / "vllm-router"
+        if not exe.exists():
+            from harness.errors import LayerbenchError
+
+            raise LayerbenchError(f"vllm-router is not installed ({exe} missing): run `make setup-vllm-router`")
+        return [str(exe), *self.args(upstream, "127.0.0.1", self.port, self.metrics_port)], {}
+
+    def ready_url(self) -> str:
+        return f"{self.endpoint().base_url}/health"
+
+    def metric_endpoints(self) -> dict[str, str]:
+        engine = super().metric_endpoints()["engine"]
+        return {"router_metrics": f"http://127.0.0.1:{self.metrics_port}/metrics", "engine": engine}
+
+    def metricless_endpoints(self) -> dict[str, str]:
+        return {"api": f"{self.endpoint().base_url}/metrics"}  # its serving port: the metrics are on their own
+
+    def describe(self) -> dict:
+        return {**super().describe(), "policy": self.options.policy, "metrics_port": self.metrics_port}
+
+
+def render_k8s(stack: Stack, cs: Any, run_id: str, label: str) -> Any:
+    """The bare vLLM (its Deployment and Service) and the router's Deployment and Service in front of it
+    (manifests/vllm-router/), its metrics on their own port of the same Service."""
+    from stacks.k8s.common import Deployed, container_security, labels, object_name, resources, service_url, template
+    from stacks.k8s.render_vllm import render_vllm
+
+    assert isinstance(stack, VllmRouterStack)
+    engine = render_vllm(stack, cs, run_id, label)
+    name = object_name(run_id, label, "vllm-router")
+    mine = labels(run_id, label, "layer")
+    dep = template("vllm-router/deployment.yaml", name=name, namespace=cs.namespace, image=stack.options.image or IMAGE,
+                   port=PORT, metrics_port=METRICS_PORT)
+    dep["metadata"]["labels"] = dep["spec"]["selector"]["matchLabels"] = mine
+    dep["spec"]["replicas"] = cs.replicas
+    pod = dep["spec"]["template"]
+    pod["metadata"]["labels"] = mine
+    pod["spec"]["containers"][0].update(args=stack.args(engine.url, "0.0.0.0", PORT, METRICS_PORT),
+                                        resources=resources(cs.front_cpu, cs.front_memory),
+                                        securityContext=container_security())
+    svc = template("vllm-router/service.yaml", name=name, namespace=cs.namespace, port=PORT,
+                   metrics_port=METRICS_PORT)
+    svc["metadata"]["labels"], svc["spec"]["selector"] = mine, dict(mine)
+    url = service_url(name, cs.namespace, PORT)
+    return Deployed(objects=[*engine.objects, dep, svc], ready=[*engine.ready, ("Deployment", name)], url=url,
+                    engine_selector=engine.engine_selector,
+                    metrics={"router_metrics": service_url(name, cs.namespace, METRICS_PORT) + "/metrics",
+                             "engine": engine.metrics["api"]}, engine_images=engine.engine_images)

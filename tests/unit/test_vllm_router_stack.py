@@ -1,0 +1,80 @@
+"""vLLM's router as a stack: one worker (the bare vLLM behind it), loopback on both of its ports, retries and
+the circuit breaker off, its policy a typed option, its metrics port audited and its serving port declared
+without /metrics, and its k8s form passing the validators."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.errors import LayerbenchError
+from harness.profile import load_profile
+from stacks.base import DeploySettings, get_stack
+from stacks.k8s.plan import ClusterSettings
+from stacks.k8s.render import render_plan
+from stacks.k8s.validate import plan_problems
+
+RUN = "20261201-101010-compare-vllm-router-abc123"
+PROFILE = load_profile("quick")
+
+
+def router(**options):
+    return get_stack("vllm-router")(DeploySettings(engine=PROFILE.engine, options=options))
+
+
+def test_the_router_has_one_worker_and_binds_loopback_on_both_ports(tmp_path, monkeypatch):
+    import stacks.vllm_router as mod
+
+    exe = tmp_path / "bin" / "vllm-router"
+    exe.parent.mkdir(parents=True)
+    exe.write_text("")
+    monkeypatch.setattr(mod, "ROUTER_VENV", tmp_path)
+    s = router(policy="round_robin")
+    cmd, _ = s.front_command("http://127.0.0.1:8123")
+    assert cmd[0] == str(exe)
+    flag = {a: cmd[i + 1] for i, a in enumerate(cmd) if a.startswith("--") and i + 1 < len(cmd)}
+    assert flag["--worker-urls"] == "http://127.0.0.1:8123" and flag["--policy"] == "round_robin"
+    assert flag["--host"] == flag["--prometheus-host"] == "127.0.0.1"
+    assert {int(flag["--port"]), int(flag["--prometheus-port"])} == set(s.ports()) and len(set(s.ports())) == 2
+    assert "--disable-retries" in cmd and "--disable-circuit-breaker" in cmd
+
+
+def test_its_metrics_port_is_audited_and_its_serving_port_declared_without_metrics():
+    s = router()
+    ends = s.metric_endpoints()
+    assert ends["router_metrics"] == f"http://127.0.0.1:{s.metrics_port}/metrics"
+    assert ends["engine"] == f"{s.engine.endpoint().base_url}/metrics" and "api" not in ends
+    assert s.metricless_endpoints() == {"api": f"{s.endpoint().base_url}/metrics"}
+    assert s.options.policy == "cache_aware"  # the router's own default
+
+
+@pytest.mark.parametrize(("option", "value", "why"), [("policy", "power_of_two", "'cache_aware'"),
+                                                      ("policy", "kv_aware", "'round_robin'"), ("image", "", "")])
+def test_bad_options_are_refused(option, value, why):
+    with pytest.raises(LayerbenchError, match=f"stack vllm-router: option {option}.*{why}"):
+        router(**{option: value})
+
+
+def test_a_missing_install_names_the_setup_target(tmp_path, monkeypatch):
+    import stacks.vllm_router as mod
+
+    monkeypatch.setattr(mod, "ROUTER_VENV", tmp_path / "none")
+    with pytest.raises(LayerbenchError, match="make setup-vllm-router"):
+        router().front_command("http://127.0.0.1:1")
+
+
+def test_the_k8s_form_routes_to_the_engine_service_and_passes_the_validators():
+    cs = ClusterSettings(model="Qwen/Qwen2.5-0.5B-Instruct", model_revision="main")
+    s = get_stack("vllm-router")(DeploySettings(engine=PROFILE.engine, target="k8s", options={"policy": "random"}))
+    p = render_plan(s, PROFILE, cs, RUN, "compare", repeats=1)
+    assert [x.stack for x in p.sides] == ["vllm", "vllm-router"]
+    assert plan_problems(p, cs.k8s_version) == []
+    side = p.sides[1]
+    dep = next(o for o in side.objects if o["kind"] == "Deployment" and "vllm-router" in o["metadata"]["name"])
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--worker-urls") + 1] == "http://lb-stack-vllm-abc123.layerbench.svc.cluster.local:8000"
+    assert args[args.index("--policy") + 1] == "random" and args[args.index("--host") + 1] == "0.0.0.0"
+    job = json.dumps(side.load_job)  # the load Job scrapes the router's metrics port and the engine's
+    assert "router_metrics=http://lb-stack-vllm-router-abc123.layerbench.svc.cluster.local:29000/metrics" in job
+    assert "api=" not in job
