@@ -47,14 +47,14 @@ class LitellmStack(FrontedEngineStack):
                                      "num_retries": 0, "request_timeout": 600}}
 
     def front_command(self, upstream: str) -> tuple[list[str], dict[str, str]]:
-        self.settings.log_dir.mkdir(parents=True, exist_ok=True)
-        path = self.settings.log_dir / f"litellm-{self.port}.yaml"
-        path.write_text(json.dumps(self.config(upstream), indent=2))  # JSON is YAML
         exe = LITELLM_VENV / "bin" / "litellm"
         if not exe.exists():
             from harness.errors import LayerbenchError
 
             raise LayerbenchError(f"LiteLLM is not installed ({exe} missing): run `make setup-litellm`")
+        self.settings.log_dir.mkdir(parents=True, exist_ok=True)
+        path = self.settings.log_dir / f"litellm-{self.port}.yaml"
+        path.write_text(json.dumps(self.config(upstream), indent=2))  # JSON is YAML
         return ([str(exe), "--config", str(path), "--host", "127.0.0.1", "--port", str(self.port), "--num_workers",
                  str(self.options.num_workers)], FRONT_ENV)
 

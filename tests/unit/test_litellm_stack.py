@@ -57,7 +57,8 @@ def test_a_missing_install_names_the_setup_target(tmp_path, monkeypatch):
 
     monkeypatch.setattr(mod, "LITELLM_VENV", tmp_path / "none")
     with pytest.raises(LayerbenchError, match="make setup-litellm"):
-        litellm(tmp_path).front_command("http://127.0.0.1:1")
+        litellm(tmp_path / "logs").front_command("http://127.0.0.1:1")
+    assert not (tmp_path / "logs").exists()  # nothing written for a deployment that cannot start
 
 
 def test_its_metrics_and_the_engines_are_both_audited():
