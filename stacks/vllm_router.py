@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from stacks.base import PROJECT_ROOT, Stack, StackOptions, register
+from stacks.base import PROJECT_ROOT, DeploySettings, Stack, StackOptions, register
 from stacks.fronted import FrontedEngineStack
 from stacks.procs import free_port
 
@@ -39,8 +39,8 @@ class VllmRouterStack(FrontedEngineStack):
     options: RouterOptions
     k8s_form = "stacks.vllm_router:render_k8s"
 
-    def __init__(self, settings: Any):
-        super().__init__(settings)
+    def __init__(self, settings: DeploySettings, port: int | None = None):
+        super().__init__(settings, port)
         self.metrics_port = free_port()
 
     def ports(self) -> list[int]:

@@ -47,6 +47,7 @@ def test_its_metrics_port_is_audited_and_its_serving_port_declared_without_metri
     assert ends["engine"] == f"{s.engine.endpoint().base_url}/metrics" and "api" not in ends
     assert s.metricless_endpoints() == {"api": f"{s.endpoint().base_url}/metrics"}
     assert s.options.policy == "cache_aware"  # the router's own default
+    assert router(port=18123).port == 18123 and get_stack("vllm-router")(DeploySettings(), 18124).port == 18124
 
 
 @pytest.mark.parametrize(("option", "value", "why"), [("policy", "power_of_two", "'cache_aware'"),
