@@ -16,14 +16,19 @@ from pydantic import BaseModel
 from harness.schemas import level_text
 
 
-class CapacityMark(BaseModel):
-    """A stack's capacity at its SLA (harness/capacity.py), as the summary marks it."""
+class StackRun(BaseModel):
+    """Which run of which stack a summary line stands for: a stack in one shape, profile and engine version."""
 
     stack: str
     shape: str | None = None
     profile: str
     engine_version: str | None = None
     run_id: str
+
+
+class CapacityMark(StackRun):
+    """A stack's capacity at its SLA (harness/capacity.py), as the summary marks it."""
+
     kind: Literal["concurrency", "rate"]
     value: float
     reached: bool = True  # False: every level held up to the search's ceiling, so capacity is at least this

@@ -19,7 +19,7 @@ from harness.reporting.catalog import RunEntry, read_results
 from harness.reporting.document import Table, write_document
 from harness.reporting.format import fmt, share_pct
 from harness.reporting.results_frame import DELTA_COLUMNS, compare_frame
-from harness.reporting.summary_plot import CapacityMark, delta_chart, mark_for
+from harness.reporting.summary_plot import CapacityMark, StackRun, delta_chart, mark_for
 from harness.schemas import AuditResult, CapacitySummary, level_text
 
 # What identifies "the same question asked again": a newer compare of these replaces an older one.
@@ -31,14 +31,9 @@ LEVEL_HEADER = ["profile", "vLLM", "level", "baseline tok/s", "stack tok/s", "de
                 "TTFT p95 ms baseline", "TTFT p95 ms stack", "goodput baseline", "goodput stack"]
 
 
-class LatestCompare(BaseModel):
+class LatestCompare(StackRun):
     """One stack's current answer for one profile and engine version: its latest complete compare."""
 
-    stack: str
-    shape: str | None = None
-    profile: str
-    engine_version: str | None = None
-    run_id: str
     level_text: str | None = None  # the highest level with a delta
     delta_pct: float | None = None
     ci_lo_pct: float | None = None
