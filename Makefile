@@ -35,6 +35,7 @@ MODE ?=
 CLUSTER_CONFIG ?=
 REPEATS ?=
 PAIRS ?=
+DEPLOYMENTS ?=
 RESUME ?=
 DURATION ?= 600
 ARGS ?=
@@ -127,7 +128,7 @@ run: $(needs)  ## one deployment through the load harness
 
 compare: $(needs)  ## a layer against its version-matched bare vLLM; report under reports/<run>/
 	$(LB) compare $(if $(RESUME),--resume $(RESUME),--stack $(STACK) --profile $(PROFILE) $(MODEL_ARGS)) \
-		$(if $(REPEATS),--repeats $(REPEATS)) $(if $(PAIRS),--pairs $(PAIRS)) $(if $(MODE),--opt mode=$(MODE)) --target $(TARGET) $(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) $(ARGS)
+		$(if $(REPEATS),--repeats $(REPEATS)) $(if $(PAIRS),--pairs $(PAIRS)) $(if $(DEPLOYMENTS),--deployments $(DEPLOYMENTS)) $(if $(MODE),--opt mode=$(MODE)) --target $(TARGET) $(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) $(ARGS)
 
 capacity: $(needs)  ## the highest concurrency (or rate) meeting the SLA
 	$(LB) capacity --stack $(STACK) --profile $(PROFILE) $(MODEL_ARGS) $(if $(URL),--url $(URL)) $(if $(MODE),--opt mode=$(MODE)) \

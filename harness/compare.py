@@ -38,7 +38,10 @@ from stacks.engine_model import study_comparable
 __all__ = ["AAReference", "CompareSummary", "LevelDelta", "level_deltas", "latest_aa", "run_compare", "settle"]
 
 
-def latest_aa(results: Path, profile: str, exclude: str | None = None) -> AAReference | None:
+def latest_aa(results: Path, profile: str, exclude: str | None = None,
+              deployments: str = "sequential") -> AAReference | None:
+    """The latest complete A/A of the profile measured with the same design (an interleaved pair's noise is not a
+    sequential one's)."""
     for path in sorted(results.glob("*compare-vllm*/compare.json"), reverse=True):
         if path.parent.name == exclude:
             continue
@@ -46,7 +49,7 @@ def latest_aa(results: Path, profile: str, exclude: str | None = None) -> AARefe
             s = CompareSummary.model_validate_json(path.read_text())
         except ValueError:
             continue  # written by another version of layerbench
-        if s.status == "complete" and s.profile == profile and s.stack == "vllm":
+        if s.status == "complete" and s.profile == profile and s.stack == "vllm" and s.deployments == deployments:
             return AAReference(run_id=s.run_id, levels={lv.level: (
                 lv.delta_pct, lv.ci.half_width_pct if lv.ci else None, lv.verdict) for lv in s.levels},
                 components=s.components, pairs=s.pairs)
@@ -129,12 +132,14 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
         renames=stack.metric_aliases(), metricless=stack.metricless_endpoints(),
         shape=stack.shape(), published=stack.published() if study_comparable(profile.name, stack.settings.model)
         else None, model=stack.settings.model, devices=list(stack.settings.devices), gpu_host=_gpu_host(),
-        profile=profile.name, repeats=repeats, pairs=profile.pairs, order=pair_order(profile.pairs),
+        profile=profile.name, repeats=repeats, pairs=profile.pairs, deployments=profile.deployments,
+        order=pair_order(profile.pairs) if profile.deployments == "sequential" else [0] * profile.pairs,
         margin=profile.equivalence_margin, versions=versions,
         version_match=versions["baseline"] == versions["stack"],
         applied={}, settings_match=False, settings_mismatches=[], options=dict(stack.settings.options),
         scrape_policy=profile.scrape, slo=profile.slo, invocations=(plan.invocation if plan else 0) + 1,
-        emulated_step=profile.engine.step, aa=latest_aa(writer.dir.parent, profile.name, exclude=writer.run_id),
+        emulated_step=profile.engine.step, aa=latest_aa(writer.dir.parent, profile.name, exclude=writer.run_id,
+                                                              deployments=profile.deployments),
     )
 
     def keep(measured: Sides) -> None:
@@ -147,7 +152,12 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
         writer.write_json("compare.json", summary.model_dump())
 
     t0 = time.monotonic()
-    measured = measure_pairs(stack, profile.pairs, profile, writer, console, repeats, plan, after_side=keep)
+    if profile.deployments == "interleaved":
+        from harness.interleave import measure_interleaved
+
+        measured = measure_interleaved(stack, profile.pairs, profile, writer, console, repeats, plan, after_side=keep)
+    else:
+        measured = measure_pairs(stack, profile.pairs, profile, writer, console, repeats, plan, after_side=keep)
     keep(measured)
     settle(summary, profile, read_jsonl(writer.dir / "scrapes.jsonl"), measured.live, stack.observability_note(),
            allow_mismatch)
@@ -178,7 +188,7 @@ def settle(summary: CompareSummary, profile: LoadProfile, scrapes: list[dict], l
                   "step here (the emulation table), so the level measures the host, not the emulated GPU")
                   for c in stretched_levels(summary)}}
     summary.levels, summary.components = judged_levels(
-        base, stack, levels, profile.open_loop, order=summary.order or pair_order(summary.pairs),
+        base, stack, levels, profile.open_loop, order=summary.order or pair_order(summary.pairs),  # 0: interleaved
         host=summary.aa.components if summary.aa else {}, margin=summary.margin, no_verdict=no_verdict)
     summary.instability = instability(base, stack, [lv.level for lv in summary.levels if lv.judged])
     summary.audit = audit_from_scrapes(scrapes, live, summary.stack, summary.renames or (), note, summary.metricless)

@@ -53,7 +53,7 @@ def build_plan(command: str, stack: Stack, profile: LoadProfile, run_id: str, re
     plan = {
         "run_id": run_id, "command": command, "stack": stack.kind, "target": "local", "profile": profile.name,
         "repeats": repeats, "levels": profile.levels(),
-        **({"pairs": profile.pairs, "deployments": 2 * profile.pairs, "order": " ".join(
+        **({"pairs": profile.pairs, "deployments": 2 * profile.pairs, "design": profile.deployments, "order": " ".join(
             "AB" if first > 0 else "BA" for first in pair_order(profile.pairs))} if command == "compare" else {}),
         "host": host.to_json() if host else {"count": 0, "why": no_gpu_reason()},
         "model": _model(model),

@@ -33,14 +33,20 @@ def pair_order(pairs: int) -> list[int]:
     return [ORDER[k % len(ORDER)] for k in range(pairs)]
 
 
+def pair_targets(stack: Stack, k: int) -> tuple[Stack, Stack]:
+    """Pair k's fresh deployments, baseline and stack, each with its own ports and log folder."""
+    logs = stack.settings.log_dir / f"pair{k + 1}"
+    s, b = stack.again(logs / "stack"), stack.again(logs / "baseline").baseline()
+    if b is None:
+        raise LayerbenchError(f"stack {stack.kind} names no baseline")
+    return b, s
+
+
 def schedule(stack: Stack, pairs: int) -> list[tuple[str, int, Stack]]:
     """(side, pair, a fresh deployment) in the order they run."""
     out: list[tuple[str, int, Stack]] = []
     for k, first in enumerate(pair_order(pairs)):
-        logs = stack.settings.log_dir / f"pair{k + 1}"
-        s, b = stack.again(logs / "stack"), stack.again(logs / "baseline").baseline()
-        if b is None:
-            raise LayerbenchError(f"stack {stack.kind} names no baseline")
+        b, s = pair_targets(stack, k)
         both = [("baseline", k, b), ("stack", k, s)]
         out += both if first > 0 else both[::-1]
     return out

@@ -22,6 +22,9 @@ PROFILE_DIR = Path(__file__).parent / "profiles"
 # requests per half of a window's stationarity check (harness.analysis.steady): fewer say nothing of a median
 MIN_HALF = 10
 
+IDLE_CORES = 0.02  # interleaved compare: the idle side's CPU during a window above which it is measured again
+SHARED_GPU_MEMORY = 0.45  # interleaved compare on shared GPUs: each side's gpu_memory_utilization at most
+
 
 def min_requests() -> int:
     """The fewest requests a level may send: two halves the stationarity check can compare."""
@@ -149,6 +152,11 @@ class LoadProfile(BaseModel):
     pairs: int = Field(2, ge=1, le=64, description="compare: deployment pairs (a baseline and a stack each), run in "
                        "counterbalanced order (AB, BA, BA, AB, ...); the deployment is the unit of replication, "
                        "since on a shared host a whole deployment runs faster or slower than the next")
+    deployments: Literal["sequential", "interleaved"] = Field(  # interleaved: harness.interleave
+        "sequential", description="compare: sequential: one deployment up at a time, each sweeping every level; "
+        "interleaved: a pair's baseline and stack up at once, their windows in random order at each level, a "
+        f"window measured again when the idle side used more than {IDLE_CORES} cores (only where both fit: the "
+        f"GPU-like engine, a host without GPUs, or gpu_memory_utilization <= {SHARED_GPU_MEMORY} on shared GPUs)")
     repeats: int = Field(1, ge=1, description="measured sweeps per deployment")
     server_placement: Literal["os", "fixed"] = Field(
         "os", description="os: the deployment's threads run where the OS puts them; fixed: once it is ready, every "

@@ -47,6 +47,22 @@ def deploy_and_measure(stack: Stack, profile: LoadProfile, writer: RunWriter, la
     measured on this side; its complete levels are kept and skipped, and the deployment must report the same
     engine version and applied settings. pair: which of a compare's deployment pairs this is (its windows are
     numbered after the earlier pairs'); None outside such a compare."""
+    r = make_ready(stack, profile, writer, label, console, repeats, prior, pair, calibrate)
+    return sweep(stack, profile, writer, r.summary, console, repeats, skip=r.skip, invocation=invocation, **r.extra)
+
+
+@dataclass
+class Ready:
+    """A deployment that answers, verified, with the summary its windows go into and what is left to measure."""
+
+    summary: RunSummary
+    skip: frozenset[tuple[int, float]]  # (repeat, level) measured before (a resumed compare)
+    extra: dict  # harness.sweep.measure's first_repeat, pair and calibrate
+
+
+def make_ready(stack: Stack, profile: LoadProfile, writer: RunWriter, label: str, console: Console,
+               repeats: int | None, prior: RunSummary | None, pair: int | None, calibrate: bool) -> Ready:
+    """Deploy, wait, verify the engine against `prior`, record the deployment in run.json."""
     writer.write_meta(phase=f"{label}: deploying {stack.kind}")
     stack.deploy()
     waited = stack.wait_ready(stack.settings.startup_timeout_s)
@@ -88,7 +104,9 @@ def deploy_and_measure(stack: Stack, profile: LoadProfile, writer: RunWriter, la
     extra: dict = {"first_repeat": pair * n_repeats, "pair": pair} if pair else {}
     if calibrate:
         extra["calibrate"] = True
-    return sweep(stack, profile, writer, summary, console, repeats, skip=skip, invocation=invocation, **extra)
+    return Ready(summary, skip, extra)
+
+
 
 
 @dataclass

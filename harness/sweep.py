@@ -56,7 +56,7 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
     reps = range(first_repeat, first_repeat + (repeats or profile.repeats))
     writer.write_meta(phase=f"{summary.label}: starting the metric scraper and core sampler")
     try:
-        with run.scraper, run.sampler, run.gpus, _progress(console) as progress:
+        with run.scraper, run.sampler, run.gpus, progress_bars(console) as progress:
             run.start(progress, [(rep, c) for rep in reps for c in profile.levels() if (rep, c) not in skip])
             if summary.warmup_sweep:  # a compiled engine meets every batch shape before anything is measured
                 run.warmup_sweep()
@@ -66,13 +66,13 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
                         run.level(rep, c, len(reps), first_repeat)
     except KeyboardInterrupt:  # wherever it lands: the summary says where the sweep stopped
         summary.stopped = f"interrupted by Ctrl-C / SIGTERM at {run.where}"
-        _save(writer, summary)
+        save(writer, summary)
         raise
     run.finish()
     return summary
 
 
-def _progress(console: Console) -> Progress:
+def progress_bars(console: Console) -> Progress:
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[errors]}"), console=console)
 
@@ -108,12 +108,15 @@ class SweepRun:
         self.scrape_ms: list[float] = []
         self.before = (summary.scrapes, summary.scrape_gaps, dict(summary.scrape_gap_reasons))  # earlier invocations
         self.failed = self.finished = 0
+        self.attempt = 0  # an interleaved compare's window measured again: its records say which try they are
 
     def on_record(self, rec: RequestRecord) -> None:
         if self.calibrate and rec.phase == "warmup-sweep":
             self.first_waves.setdefault(rec.level, []).append(rec)
         d = rec.to_json()
         d["label"], d["invocation"] = self.summary.label, self.invocation
+        if self.attempt:
+            d["attempt"] = self.attempt
         if self.shard is not None:
             d["part_of"], d["pod"] = self.current, self.shard.index
         self.writer.request(d)
@@ -139,7 +142,7 @@ class SweepRun:
             why = asyncio.run(self.driver.warm(c, self.on_record))
             if why:
                 s.stopped = f"warmup sweep at {level_text(c, self.profile.open_loop)}: {why}"
-                _save(self.writer, s)
+                save(self.writer, s)
                 raise LayerbenchError(f"{s.label} {self.stack.kind} stopped during the warmup sweep: {why}")
             self.progress.advance(task)
         if self.calibrate and self.profile.engine.step is not None:
@@ -151,7 +154,7 @@ class SweepRun:
         cal = self.summary.calibration = levels_held(self.profile.engine.step, self.first_waves)
         self.levels = [c for c in self.levels if c in cal.kept]
         if not self.levels:
-            _save(self.writer, self.summary)
+            save(self.writer, self.summary)
             raise LayerbenchError(f"this host cannot emulate the GPU-like step at any level: {cal.text()}")
         self.total = sum(self.profile.requests_for(c) for _, c in self.planned if c in self.levels)
         self.progress.update(self.overall, total=self.total)
@@ -214,7 +217,7 @@ class SweepRun:
         why = run.aborted or gone
         if why:
             s.stopped = f"{self.where}: {why}"
-        _save(self.writer, s)
+        save(self.writer, s)
         if why:  # measured so far is on disk; stop and say so
             raise LayerbenchError(f"{s.label} {stack.kind} stopped at {self.where}: {why}")
 
@@ -235,7 +238,7 @@ class SweepRun:
                 break
         self.scraper.new_scrapes()
         self.count_scrapes()
-        _save(self.writer, s)
+        save(self.writer, s)
 
 
 def summary_file(label: str, stack: str) -> str:
@@ -243,5 +246,5 @@ def summary_file(label: str, stack: str) -> str:
     return f"summary-{label}.json" if label != stack else "summary.json"
 
 
-def _save(writer: RunWriter, summary: RunSummary) -> None:
+def save(writer: RunWriter, summary: RunSummary) -> None:
     writer.write_json(summary_file(summary.label, summary.stack), summary.model_dump())

@@ -20,8 +20,8 @@ def ttft_samples(run_dir: Path, keep: set[tuple[str, float, int]] | None = None)
     the (label, level, repeat) that count (CompareSummary.measured_repeats), so a level stopped early is left out
     here as it is from every other figure; None keeps all."""
     path = run_dir / "requests.jsonl"
-    # (label, level, repeat) -> invocation -> TTFTs: the latest invocation is picked at the end
-    found: dict[tuple[str, float, int], dict[int, list[float]]] = {}
+    # (label, level, repeat) -> (invocation, attempt) -> TTFTs: the latest is picked at the end
+    found: dict[tuple[str, float, int], dict[tuple[int, int], list[float]]] = {}
     try:
         lines = path.open(encoding="utf-8", errors="replace")
     except OSError:
@@ -41,8 +41,9 @@ def ttft_samples(run_dir: Path, keep: set[tuple[str, float, int]] | None = None)
     return out
 
 
-def _ttft(d: dict) -> tuple[tuple[str, float, int], int, float] | None:
-    """((label, level, repeat), invocation, TTFT ms) of a measured successful request, else None."""
+def _ttft(d: dict) -> tuple[tuple[str, float, int], tuple[int, int], float] | None:
+    """((label, level, repeat), (invocation, attempt), TTFT ms) of a measured successful request, else None. An
+    interleaved compare's window measured again (its `attempt` > 0) replaces the try before it."""
     rec = RequestRecord.from_json(d)
     label = d.get("label")
     if rec.phase != "measure" or rec.ok is not True or rec.ttft_ms is None or not isinstance(label, str):
@@ -52,4 +53,5 @@ def _ttft(d: dict) -> tuple[tuple[str, float, int], int, float] | None:
         ttft = from_schedule(rec).ttft_ms
     else:
         level, ttft = int(rec.level), rec.ttft_ms
-    return (label, level, int(rec.repeat)), int(d.get("invocation", 0)), float(ttft)  # type: ignore[arg-type]
+    return ((label, level, int(rec.repeat)), (int(d.get("invocation", 0)), int(d.get("attempt", 0))),  # type: ignore[arg-type]
+            float(ttft))

@@ -72,6 +72,8 @@ def profile_for(args: argparse.Namespace) -> LoadProfile:
     profile = load_profile(getattr(args, "profile", None) or "quick")
     if getattr(args, "pairs", None):
         profile = profile.model_copy(update={"pairs": args.pairs})
+    if getattr(args, "deployments", None):
+        profile = profile.model_copy(update={"deployments": args.deployments})
     update = {k: v for k, v in (("model", getattr(args, "model", None)), ("revision", getattr(args, "revision", None)),
                                 ("gpus", getattr(args, "gpus", None))) if v is not None}
     if not update:

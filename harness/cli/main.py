@@ -100,6 +100,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     p = prepare(args, "compare", plan.profile if plan else None, plan.run_id if plan else None)
     profile, cost, stack, run_id = p.profile, p.cost, p.stack, p.run_id
     repeats = plan.repeats if plan else args.repeats or profile.repeats
+    if profile.deployments == "interleaved":
+        from harness.interleave import cannot_interleave
+
+        if args.target != "local":
+            raise LayerbenchError("deployments: interleaved runs on the local target only (a cluster's pods are "
+                                  "placed by its scheduler); use deployments: sequential")
+        if why := cannot_interleave(stack, profile):
+            raise LayerbenchError(why)
     if args.target != "local" or args.dry_run:
         return run_target("compare", args, stack, profile, run_id, repeats, console)
     from harness.compare import run_compare
@@ -210,6 +218,8 @@ def _add_compare(sub, profile_help: str, results_help: str) -> None:
                    help="measured sweeps per deployment (default: the profile's, usually 1)")
     c.add_argument("--pairs", type=inputs.positive_int, help="deployment pairs, baseline and stack, in "
                    "counterbalanced order (PAIRS=; default: the profile's)")
+    c.add_argument("--deployments", choices=("sequential", "interleaved"), help="one deployment up at a time, or "
+                   "a pair's two up at once with their windows interleaved (DEPLOYMENTS=; default: the profile's)")
     c.add_argument("--resume", metavar="RUN_ID", help="continue an interrupted or failed compare after its last "
                    "complete level; the other options may be left out (they must match when given)")
     c.add_argument("--allow-version-mismatch", action="store_true")

@@ -9,6 +9,7 @@ import math
 
 from harness.analysis.judging import ENDPOINTS
 from harness.analysis.verdict import pct
+from harness.profile import IDLE_CORES
 from harness.reporting.format import fmt, share_pct
 from harness.schemas import CompareSummary, LevelDelta, Verdict, levels_text
 
@@ -116,10 +117,21 @@ def _cell(key: str, lv: LevelDelta) -> str:
     return f"{v.verdict}: {est} ({_interval(key, v)}{note})"
 
 
+def _design(s: CompareSummary) -> str:
+    if s.deployments != "interleaved":
+        return "in counterbalanced order (AB, BA, BA, AB, …)"
+    again = sum(r.remeasured for r in s.runs.values())
+    busy = sum(1 for r in s.runs.values() for lv in r.levels if (lv.idle_cores or 0) > IDLE_CORES)
+    return ("up at once, their windows in a random order at every level (interleaved); "
+            + (f"{again} window(s) measured again because the idle side used more than {IDLE_CORES} cores"
+               + (f", {busy} kept after the last try with the idle side still busy" if busy else "")
+               if again else f"the idle side stayed under {IDLE_CORES} cores in every window"))
+
+
 def verdict_table(s: CompareSummary):
     """Per level: its verdict and each endpoint's estimate, 95% interval and verdict, and throughput's MDE."""
     caption = (f"Each level's verdict is its worst significant endpoint. The unit is a deployment: {s.pairs} "
-               f"pair(s) of a baseline and a stack deployment in counterbalanced order (AB, BA, BA, AB, …), "
+               f"pair(s) of a baseline and a stack deployment {_design(s)}, "
                f"{s.repeats} sweep(s) each; the interval comes from a mixed model of the pairs' differences (a pair "
                "effect shared by the levels, and a residual per window), in log terms for throughput and TTFT p95 and "
                "in points for goodput, with Holm's correction across the levels. Overhead/gain: the corrected test "

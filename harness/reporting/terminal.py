@@ -150,7 +150,9 @@ def plan_lines(plan: dict) -> list[str]:
     lines = [f"plan {plan['run_id']}: {plan['command']} {plan['stack']} on the local target, profile "
              f"{plan['profile']}, levels {', '.join(f'{x:g}' for x in plan['levels'])}"
              + (f"; {plan['pairs']} deployment pairs in the order {plan['order']} ({plan['deployments']} "
-                "deployments, one at a time)" if plan.get("pairs") else ""), f"  host: {gpus}"]
+                + ("deployments, a pair's two up at once, their windows interleaved)"
+                   if plan.get("design") == "interleaved" else "deployments, one at a time)")
+                if plan.get("pairs") else ""), f"  host: {gpus}"]
     if model:
         rev = model["revision"] or (f"{model['requested_revision']} (resolved when fetched)"
                                     if model["requested_revision"] else "—")

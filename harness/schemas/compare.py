@@ -31,7 +31,8 @@ class CompareSummary(BaseModel):
     profile: str
     repeats: int  # measured sweeps per deployment
     pairs: int = 1  # deployment pairs
-    order: list[int] = []  # per pair: +1 the baseline was deployed first, -1 the stack
+    deployments: str = "sequential"  # the profile's: one deployment up at a time, or a pair's both (interleaved)
+    order: list[int] = []  # per pair: +1 the baseline was deployed first, -1 the stack; 0 windows interleaved
     margin: float = MARGIN  # the equivalence margin (profile's equivalence_margin)
     components: dict[str, Components] = {}  # this compare's own variance components per endpoint
     instability: Instability | None = None

@@ -236,6 +236,8 @@ class LevelSummary(BaseModel):
     part_of: float | None = None  # one load pod's part of the side's level (stacks/k8s load_parallelism)
     gpu: list[GpuWindow] = []  # NVML (and DCGM) per GPU of the deployment over the window; [] without GPUs
     pair: int = 0  # a compare's deployment pair that measured it (0: the first)
+    attempt: int = 0  # an interleaved compare's window measured again (the other deployment was busy): its try
+    idle_cores: float | None = None  # interleaved compare: cores the other deployment of the pair used meanwhile
 
 
 class RunSummary(BaseModel):
@@ -267,10 +269,22 @@ class RunSummary(BaseModel):
     gpu_telemetry: str | None = None  # how the GPU figures were read (None: a host without GPUs)
     devices: list[int] = []  # the GPUs the deployment was given; [] on a host without GPUs
     calibration: Calibration | None = None  # gpu-like: the levels this host held the emulated step at
+    remeasured: int = 0  # interleaved compare: windows measured again because the other side was not idle
 
     @property
     def open_loop(self) -> bool:
         return any(lv.stats.rate is not None for lv in self.levels)
+
+    def drop_last(self) -> LevelSummary:
+        """Take back the window just added (an interleaved compare measures it again); its flags go with it."""
+        lv, kept = self.levels[-1], self.levels[:-1]
+        self.levels = []
+        for where in (self.client_saturated_levels, self.client_starved_levels, self.not_steady_levels,
+                      self.off_schedule_levels):
+            where.clear()
+        for x in kept:
+            self.add(x)
+        return lv
 
     def add(self, lv: LevelSummary) -> None:
         """Append a measured level and note its troubles by level (concurrency, or rate in an open loop)."""
