@@ -42,6 +42,7 @@ ARGS ?=
 MODEL ?=
 REVISION ?=
 GPUS ?=
+CLIENT_PROCS ?=
 DRY_RUN ?=
 # DRY_RUN=1: every setup step prints what it would install and why; no stamp, venv or file is written
 DRY := $(filter-out 0 no false,$(DRY_RUN))
@@ -63,7 +64,8 @@ LAYERS := $(filter-out client engine chromium,$(patsubst scripts/setup_%.sh,%,$(
 # TARGET=docker|k8s deploys the official images on GPU hosts and a dry run (ARGS=--dry-run) installs nothing:
 # this machine then only needs the client
 needs = $(if $(filter-out local,$(TARGET))$(filter --dry-run,$(ARGS)),client,setup $(if $(filter $(STACK),$(LAYERS)),$(STAMPS)/setup-$(STACK)))
-MODEL_ARGS = $(if $(MODEL),--model $(MODEL)) $(if $(REVISION),--revision $(REVISION)) $(if $(GPUS),--gpus $(GPUS))
+MODEL_ARGS = $(if $(MODEL),--model $(MODEL)) $(if $(REVISION),--revision $(REVISION)) $(if $(GPUS),--gpus $(GPUS)) \
+	$(if $(CLIENT_PROCS),--client-procs $(CLIENT_PROCS))
 
 setup-%: setup $(STAMPS)/setup-% ;  # a layer's own environment (make setup-ray): see LAYERS
 setup-chromium: $(STAMPS)/chromium  ## Debian's headless Chromium, for the report's browser test

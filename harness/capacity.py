@@ -53,7 +53,11 @@ def probe_of(lv: LevelSummary, sla: SLA, phase: Literal["coarse", "bisect"],
         why.append(f"ITL p95 {_ms(s.itl_ms.p95, sla.itl_p95_s * 1e3)} > {sla.itl_p95_s * 1e3:g} ms")
     if errors > MAX_ERROR_SHARE:
         why.append(f"{100 * errors:.0f}% of requests failed ({', '.join(f'{k} {v}' for k, v in s.errors.items())})")
-    return Probe(level=float(lv.stats.level), phase=phase, held=not why, why=why, ttft_p95_ms=s.ttft_ms.p95,
+    bound = lv.client.saturated
+    if bound:  # whatever the figures say, they are the client's: the level neither holds nor breaks the engine
+        why.insert(0, "client-bound: the load client ran out of CPU here (raise client_procs or client_cpus)")
+    return Probe(level=float(lv.stats.level), phase=phase, held=not why, why=why, client_bound=bound,
+                 ttft_p95_ms=s.ttft_ms.p95,
                  itl_p95_ms=s.itl_ms.p95, tok_s=s.throughput_tok_s, goodput=s.goodput, error_share=errors,
                  waiting_max=seen.waiting_max, running_max=seen.running_max, kv_cache_usage_max=seen.kv_cache_usage_max,
                  on_gpu=on_gpu)
@@ -141,6 +145,12 @@ def judge(label: str, stack: str, kind: Literal["concurrency", "rate"], sla: SLA
                      "least that (raise the ceiling with --max-level)")
         return r
     first = above[0]
+    if first.client_bound:  # the search stopped at the client's limit, not the engine's
+        r.reached = False
+        r.message = (f"at least {unit}{best.level:g}{suffix} at {sla.text()}: at {unit}{first.level:g}{suffix} the "
+                     "load client ran out of CPU (client-bound), so the engine's limit was not reached there; raise "
+                     "client_procs or client_cpus and measure again")
+        return r
     r.broke_at = first.level
     r.how, r.how_text = _how(best, first, sla, kind == "concurrency")
     r.message = (f"capacity {unit}{best.level:g}{suffix} at {sla.text()}: it broke at {unit}{first.level:g}{suffix} "

@@ -152,6 +152,7 @@ def _pair(targets: dict[str, Stack], deploy_order: list[str], k: int, pairs: int
                 watching.enter_context(run.scraper)
                 watching.enter_context(run.sampler)
                 watching.enter_context(run.gpus)
+                watching.enter_context(run.split)
             progress = watching.enter_context(progress_bars(console))
             for label, run in runs.items():
                 run.start(progress, [(r, c) for r in reps for c in profile.levels() if (r, c) not in skip[label]])

@@ -23,6 +23,7 @@ PROFILE_DIR = Path(__file__).parent / "profiles"
 MIN_HALF = 10
 
 IDLE_CORES = 0.02  # interleaved compare: the idle side's CPU during a window above which it is measured again
+CLIENT_PROCS_MAX = 16  # load client processes per side, at most
 SHARED_GPU_MEMORY = 0.45  # interleaved compare on shared GPUs: each side's gpu_memory_utilization at most
 
 
@@ -149,6 +150,10 @@ class LoadProfile(BaseModel):
                              "the deployment keeps the priority layerbench was started with")
     client_cpus: int = Field(1, ge=0, description="cores reserved for the load client and scraper, the deployment "
                              "gets the rest; applied only on hosts with at least client_cpus + 2 cores")
+    client_procs: int | Literal["auto"] = Field(
+        "auto", description="load client processes per side, a level's slots (or rate) split between them; auto: "
+        "per level, as many as keep each under half a core at the events per second expected there, within the "
+        "cores reserved for the client (client_cpus); 1 on a host with no core reserved for it")
     pairs: int = Field(2, ge=1, le=64, description="compare: deployment pairs (a baseline and a stack each), run in "
                        "counterbalanced order (AB, BA, BA, AB, ...); the deployment is the unit of replication, "
                        "since on a shared host a whole deployment runs faster or slower than the next")
@@ -181,6 +186,13 @@ class LoadProfile(BaseModel):
         if not v or any(c < 1 for c in v):
             raise ValueError("concurrency levels must be positive integers")
         return sorted(set(v))
+
+    @field_validator("client_procs")
+    @classmethod
+    def _procs(cls, v: int | str) -> int | str:
+        if v != "auto" and not 1 <= int(v) <= CLIENT_PROCS_MAX:
+            raise ValueError(f"client_procs is a number of processes from 1 to {CLIENT_PROCS_MAX}, or auto")
+        return v
 
     @field_validator("rates")
     @classmethod

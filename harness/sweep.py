@@ -31,6 +31,7 @@ from harness.load.protocols import CLIENTS
 from harness.load.runner import LevelRun
 from harness.load.scraper import Scraper
 from harness.load.topology import CoreSampler, engine_binding
+from harness.load.workers import WorkerSpec
 from harness.profile import LoadProfile
 from harness.results import RunWriter
 from harness.schemas import (
@@ -39,6 +40,7 @@ from harness.schemas import (
     RunSummary,
     level_text,
 )
+from harness.split import Split
 from stacks.base import Stack
 
 
@@ -56,7 +58,7 @@ def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunS
     reps = range(first_repeat, first_repeat + (repeats or profile.repeats))
     writer.write_meta(phase=f"{summary.label}: starting the metric scraper and core sampler")
     try:
-        with run.scraper, run.sampler, run.gpus, progress_bars(console) as progress:
+        with run.scraper, run.sampler, run.gpus, run.split, progress_bars(console) as progress:
             run.start(progress, [(rep, c) for rep in reps for c in profile.levels() if (rep, c) not in skip])
             if summary.warmup_sweep:  # a compiled engine meets every batch shape before anything is measured
                 run.warmup_sweep()
@@ -86,14 +88,17 @@ class SweepRun:
         self.invocation, self.shard, self.pair, self.calibrate = invocation, shard, pair, calibrate
         ep = stack.endpoint()
         tok = stack.settings.model_path / "tokenizer.json"
-        gen = PromptGenerator(writer.run_id, f"{summary.label}:{stack.kind}" + (f":pod{shard.index}" if shard else ""),
-                              profile.input_tokens, tok if tok.exists() else None)
+        key = f"{summary.label}:{stack.kind}" + (f":pod{shard.index}" if shard else "")
+        gen = PromptGenerator(writer.run_id, key, profile.input_tokens, tok if tok.exists() else None)
         client = CLIENTS[ep.protocol](ep.base_url, ep.model, api=profile.api, max_tokens=profile.output_tokens,
                                       ignore_eos=profile.ignore_eos, timeout_s=profile.request_timeout_s)
         seed = profile.seed if profile.seed is not None else writer.run_id  # both sides: the same arrivals
         if shard is not None:  # each pod a Poisson stream of rate/N with a seed of its own: together, the level's
             seed = f"{seed}:pod{shard.index}"
         self.driver = Driver(client, gen, profile, seed, shard, stack.dead if stack.cheap_liveness else None)
+        self.split = Split(WorkerSpec(ep.base_url, ep.model, ep.protocol, profile.model_dump(mode="json"), str(seed),
+                                      writer.run_id, key, str(tok) if tok.exists() else None, str(writer.dir)),
+                           profile.client_procs if shard is None else 1, self.driver, writer)
         self.levels = profile.levels()
         self.scraper = Scraper(stack.metric_endpoints(), profile.scrape_interval_s, writer.dir / "scrapes.jsonl",
                                tags={"label": summary.label}, policy=profile.scrape)
@@ -117,8 +122,17 @@ class SweepRun:
         d["label"], d["invocation"] = self.summary.label, self.invocation
         if self.attempt:
             d["attempt"] = self.attempt
+        if self.split.n > 1:
+            d["worker"] = 0
         if self.shard is not None:
             d["part_of"], d["pod"] = self.current, self.shard.index
+        self.writer.request(d)
+
+    def on_worker_record(self, d: dict) -> None:
+        """A record another client process measured and wrote to its own file, into the run's requests.jsonl."""
+        d["label"], d["invocation"] = self.summary.label, self.invocation
+        if self.attempt:
+            d["attempt"] = self.attempt
         self.writer.request(d)
 
     def start(self, progress: Progress, planned: list[tuple[int, float]]) -> None:
@@ -168,6 +182,7 @@ class SweepRun:
         if self.shard is not None:
             self.shard.sync(f"level {rep} {c}")
         self.writer.write_meta(phase=f"{s.label}: {self.where}")
+        split = self.split.begin(c, rep)
         task = progress.add_task(f"{s.label} {self.stack.kind} {self.where}", total=n, errors="")
         done, window = [0], [0.0]
 
@@ -183,9 +198,11 @@ class SweepRun:
         def opened() -> None:
             self.scraper.mark(c, "start")
             window[0] = time.monotonic()
+            split.open()  # every client process opens its window now
 
         self.scraper.level = c
         run = asyncio.run(self.driver.measure(c, rep, self.on_record, advance, self.stack.process_cpu, opened))
+        run = split.end(run, self.on_worker_record, opened=window[0] > 0)
         closed = time.monotonic()
         if not run.aborted:
             self.scraper.mark(c, "end")
@@ -212,7 +229,8 @@ class SweepRun:
                                server=summarise(level_scrapes, stack.metric_aliases(), stack.layer_metrics()),
                                incomplete=run.aborted or (f"deployment died: {gone}" if cut else None),
                                invocation=self.invocation, sent=run.sent, gpu=self.gpus.window(opened, closed),
-                               part_of=c if self.shard is not None else None, pair=self.pair))
+                               part_of=c if self.shard is not None else None, pair=self.pair,
+                               workers=self.split.healths))
         self.count_scrapes()
         why = run.aborted or gone
         if why:

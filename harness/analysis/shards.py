@@ -59,7 +59,7 @@ def _pod(folder: Path) -> tuple[int, int, RunSummary, list[dict]]:
     return int(meta.get("pod", 0)), offset, run, records
 
 
-def _worst(healths: list[ClientHealth]) -> ClientHealth:
+def worst_health(healths: list[ClientHealth]) -> ClientHealth:
     """The pods' client health as one: the busiest pod's figures, every pod's reasons."""
     worst = max(healths, key=lambda h: h.cpu_pct).model_copy(deep=True)
     worst.saturated, worst.starved = any(h.saturated for h in healths), any(h.starved for h in healths)
@@ -86,7 +86,7 @@ def merge(folders: list[Path], profile: LoadProfile, label: str) -> Merged:
         stats = level_stats(mine, 0 if profile.open_loop else int(level), profile.slo, repeat=repeat,
                             rate=float(level) if profile.open_loop else None)
         first = next((lv for lv in parts if lv.server.scrapes), parts[0])
-        base.add(LevelSummary(stats=stats, client=_worst([lv.client for lv in parts]), process_cpu_s={},
+        base.add(LevelSummary(stats=stats, client=worst_health([lv.client for lv in parts]), process_cpu_s={},
                               window_s=max(lv.window_s for lv in parts), server=first.server,
                               incomplete="; ".join(lv.incomplete for lv in parts if lv.incomplete) or None,
                               invocation=parts[0].invocation, sent=sum(lv.sent or 0 for lv in parts)))

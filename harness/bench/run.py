@@ -16,14 +16,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import Progress
 
-from harness.bench import accuracy, capacity, cpu_per_event, gpulike, observer, resolution, verdicts
+from harness.bench import accuracy, capacity, cpu_per_event, gpulike, observer, resolution, scale, verdicts
 from harness.bench.render import page
 from harness.bench.section import Context, Section
 from harness.errors import LayerbenchError
 
 OUT_DIR = Path("reports/harness")
 SECTIONS: tuple[Section, ...] = (accuracy.section, resolution.section, capacity.section, cpu_per_event.section,
-                                 observer.section, gpulike.section, verdicts.section)
+                                 scale.section, observer.section, gpulike.section, verdicts.section)
 
 
 def section_named(name: str) -> Section:

@@ -64,6 +64,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--revision", help="the repo id's branch, tag or commit (REVISION=; default main)")
     parser.add_argument("--gpus", type=inputs.gpu_list, metavar="I,J", help="GPU indices each deployment may use, "
                         "as nvidia-smi numbers them (GPUS=; default: the first tensor_parallel_size visible)")
+    parser.add_argument("--client-procs", type=inputs.client_procs, metavar="N|auto", help="load client processes "
+                        "per side, a level split between them (CLIENT_PROCS=; default: the profile's, auto)")
 
 
 def profile_for(args: argparse.Namespace) -> LoadProfile:
@@ -74,6 +76,8 @@ def profile_for(args: argparse.Namespace) -> LoadProfile:
         profile = profile.model_copy(update={"pairs": args.pairs})
     if getattr(args, "deployments", None):
         profile = profile.model_copy(update={"deployments": args.deployments})
+    if getattr(args, "client_procs", None):
+        profile = profile.model_copy(update={"client_procs": args.client_procs})
     update = {k: v for k, v in (("model", getattr(args, "model", None)), ("revision", getattr(args, "revision", None)),
                                 ("gpus", getattr(args, "gpus", None))) if v is not None}
     if not update:

@@ -46,6 +46,18 @@ def positive_int(s: str) -> int:
     return n
 
 
+def client_procs(s: str) -> int | str:
+    """`auto`, or a number of load client processes from 1 to CLIENT_PROCS_MAX."""
+    from harness.profile import CLIENT_PROCS_MAX
+
+    if s == "auto":
+        return s
+    n = _integer(s, "client processes")
+    if not 1 <= n <= CLIENT_PROCS_MAX:
+        raise argparse.ArgumentTypeError(f"client processes must be from 1 to {CLIENT_PROCS_MAX}, or auto; got {s}")
+    return n
+
+
 def positive_float(s: str) -> float:
     """A finite number > 0 (seconds, dollars, GB/s)."""
     try:

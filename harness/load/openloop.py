@@ -24,6 +24,7 @@ from collections.abc import Callable
 import numpy as np
 
 from harness.load.client import Connection, RequestRecord, StreamClient
+from harness.load.pacer import pace
 from harness.load.prompts import PromptGenerator
 from harness.load.runner import Flow, LevelRun, judge_client, measured_window, stopped, watch
 from harness.schemas import Dist
@@ -141,15 +142,12 @@ async def drive_open(client: StreamClient, gen: PromptGenerator, rate: float, re
         record(rec)
         flow.reached(rec)
 
-    async def scheduler() -> None:
-        t0 = clock()
-        for i, off in enumerate(offsets):
-            due = t0 + off
-            while (wait := due - clock()) > 0:
-                await asyncio.sleep(wait / 1e9)
-            if flow.abort is not None:
-                return
+    def fire(i: int, due: int) -> None:
+        if flow.abort is None:
             spawn(one(i, due))  # overdue requests go out at once, in a burst: the schedule is never stretched
+
+    async def scheduler() -> None:  # harness.load.pacer: each send on its absolute deadline, to the microsecond
+        await pace(offsets, clock(), fire, lambda: flow.abort is not None)
 
     spawn(scheduler())
     await _until_done(flow, tasks, finished, failure, dead)

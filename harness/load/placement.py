@@ -36,6 +36,15 @@ class Placement(BaseModel):
 _current: Placement | None = None
 
 
+def client_cores() -> tuple[int, int, bool]:
+    """(cores the client may spread over, the host's cores, whether they were reserved for it): the client's
+    pinned cores where placement reserved some, else 1 (it shares the host with the deployment)."""
+    host = len(os.sched_getaffinity(0)) if _current is None else _current.host_cores
+    if _current is not None and _current.client_cores:
+        return len(_current.client_cores), host, True
+    return 1, host, False
+
+
 def apply(client_nice: int, client_cpus: int) -> Placement:
     """Set this process's priority and cores (inherited by the scraper it spawns later)."""
     global _current

@@ -73,6 +73,8 @@ def _event_data(block: bytes) -> bytes | None:
 
     Per the SSE spec a `data` line without a colon is an empty value, and exactly one space after the colon
     is dropped (a payload's own leading spaces are kept). Other fields and `:` comments are ignored."""
+    if block.startswith(b"data: ") and b"\n" not in block:  # what vLLM, Ray and Triton send: one data line
+        return block[6:]
     values = []
     for ln in block.split(b"\n"):
         if ln.startswith(b"data"):
@@ -109,18 +111,20 @@ class SSEParser:
             # CRLF, CR and LF all end a line; normalise to LF
             self._cr = data[-1:] == b"\r"
             data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        scan = 0  # an event longer than a read (>64 KB): its end is searched for in the new bytes only
         if not self._buf:
             # a new event starts in this read: its first byte arrived now
             self._buf = data.lstrip(b"\n")
             self._t0 = t_ns
         else:
+            scan = len(self._buf) - 1  # the buffer holds no blank line yet; one may straddle the seam
             self._buf += data
         events = []
         buf = self._buf
         start = 0
         t_event = self._t0
         while True:
-            end = buf.find(b"\n\n", start)
+            end = buf.find(b"\n\n", max(start, scan))
             if end < 0:
                 break
             payload = _event_data(buf[start:end])

@@ -34,6 +34,7 @@ class Probe(BaseModel):
     running_max: float | None
     kv_cache_usage_max: float | None
     on_gpu: bool = False  # measured on a GPU host: the CPU-host reading of a slow step does not apply
+    client_bound: bool = False  # the load client ran out of CPU here: the level measured the client, not the engine
 
 
 class CapacityResult(BaseModel):

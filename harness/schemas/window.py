@@ -238,6 +238,7 @@ class LevelSummary(BaseModel):
     pair: int = 0  # a compare's deployment pair that measured it (0: the first)
     attempt: int = 0  # an interleaved compare's window measured again (the other deployment was busy): its try
     idle_cores: float | None = None  # interleaved compare: cores the other deployment of the pair used meanwhile
+    workers: list[ClientHealth] = []  # client_procs > 1: each load process's health (0: the sweep's own)
 
 
 class RunSummary(BaseModel):

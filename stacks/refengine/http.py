@@ -103,12 +103,14 @@ def serve(handler: Handler, open_writers: set[asyncio.StreamWriter]
     return on_connection
 
 
-async def run_server(handler: Handler, host: str, port: int, on_stop: Callable[[], None] | None = None) -> None:
+async def run_server(handler: Handler, host: str, port: int, on_stop: Callable[[], None] | None = None,
+                     reuse_port: bool = False) -> None:
     """Serve until SIGTERM/SIGINT, then close the listener and every open connection and return."""
     import signal
 
     open_writers: set[asyncio.StreamWriter] = set()
-    server = await asyncio.start_server(serve(handler, open_writers), host, port, backlog=1024)
+    server = await asyncio.start_server(serve(handler, open_writers), host, port, backlog=1024,
+                                        reuse_port=reuse_port or None)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -27,6 +27,8 @@ import json
 import os
 import random
 import signal
+import subprocess
+import sys
 import time
 from typing import Literal
 
@@ -81,6 +83,9 @@ class SimConfig(BaseModel):
     noise_seed: int = Field(-1, description="seed of the noise draws (-1: from the OS, so every deployment differs)")
     max_position_embeddings: int = Field(32768, ge=1, description="the model's context limit: a longer "
                                          "max_model_len is refused at start-up, as vLLM refuses it")
+    processes: int = Field(1, ge=1, le=32, description="serving processes sharing the port (SO_REUSEPORT, the "
+                           "kernel spreads connections): an engine that is never the client's limit, for the harness "
+                           "benchmark's scale section; /sim/stats and /metrics are then one process's")
 
     @model_validator(mode="after")
     def _fits(self) -> SimConfig:
@@ -332,6 +337,7 @@ def config_parser(model: type[BaseModel]) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser()
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True)
+    p.add_argument("--reuse-port", action="store_true", help="bind with SO_REUSEPORT (a helper of --processes)")
     for name in model.model_fields:
         p.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None)
     return p
@@ -346,7 +352,15 @@ async def amain(argv: list[str] | None = None) -> None:
     await asyncio.sleep(cfg.startup_delay_s)
     if cfg.deployment_sigma or cfg.window_sigma or cfg.drift_per_min:  # the known truth, in the engine's log
         print(f"layerbench-sim: noise {json.dumps({'deployment_factor': engine.deployment_factor})}", flush=True)
-    await run_server(engine.handle, args.host, args.port, timer.close)
+    helpers = [subprocess.Popen([sys.executable, "-m", "stacks.refengine.server", *(argv or sys.argv[1:]),
+                                 "--processes", "1", "--reuse-port"]) for _ in range(cfg.processes - 1)]
+    try:  # the helpers are in this process's group, which the stack stops; they are also stopped here
+        await run_server(engine.handle, args.host, args.port, timer.close, reuse_port=args.reuse_port or bool(helpers))
+    finally:
+        for h in helpers:
+            h.terminate()
+        for h in helpers:
+            h.wait()
     if cfg.deployment_sigma or cfg.window_sigma or cfg.drift_per_min:
         print(f"layerbench-sim: noise {json.dumps(engine.stats()['noise'])}", flush=True)
     print("layerbench-sim: stopping", flush=True)  # tests wait for this line to signal during teardown

@@ -61,6 +61,16 @@ def test_a_search_the_host_contradicts_says_so():
     assert r.max_concurrency == 3 and any("TTFT p95 fell as load rose (c=2 36 ms, c=3 13 ms)" in w for w in r.warnings)
 
 
+def test_a_client_bound_level_is_never_reported_as_the_engines_limit():
+    probes = [Probe(level=x, phase="coarse", held=x < 16, why=[] if x < 16 else ["client-bound: ..."],
+                    client_bound=x >= 16, ttft_p95_ms=20.0 if x < 16 else 900.0, itl_p95_ms=5.0, tok_s=100 * x,
+                    goodput=1.0, error_share=0.0, waiting_max=0.0, running_max=x, kv_cache_usage_max=0.0)
+              for x in (1, 4, 8, 16)]
+    r = judge("stack", "x", "concurrency", SLA_T, probes)
+    assert r.max_concurrency == 8 and not r.reached and r.broke_at is None
+    assert r.message.startswith("at least c=8") and "client-bound" in r.message and "client_procs" in r.message
+
+
 def test_itl_break_is_prefill_interference():
     probe, _ = fake(5, ttft_over=False)
     r = judge("stack", "x", "concurrency", SLA_T, search(probe, [1, 2, 4, 8], integer=True))

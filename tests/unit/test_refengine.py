@@ -172,3 +172,18 @@ def test_teardown_frees_ports_and_processes(tmp_path):
     stack.teardown()
     assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
     assert not any(port_in_use(p) for p in ports)
+
+
+def test_several_serving_processes_share_one_port_and_stop_together(tmp_path):
+    """processes=N: the harness benchmark's engine that the client cannot outrun. Every process serves (the
+    kernel spreads connections over them) and none outlives the deployment."""
+    stack = SimStack(DeploySettings(log_dir=tmp_path, options={"processes": 3, "ttft_ms": 1, "itl_ms": 0}))
+    with stack:
+        stack.deploy()
+        stack.wait_ready(30)
+        procs = [p for ps in stack.processes().values() for p in ps]
+        assert len(procs) >= 3
+        client = StreamClient(stack.endpoint().base_url, "tiny", max_tokens=2, timeout_s=30)
+        run = asyncio.run(run_level(client, PromptGenerator(new_run_id("t"), "t", 16), 24, 240, warmup_waves=0))
+        assert run.sent == 240 and all(r["ok"] for r in run.records)
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in procs)

@@ -1,0 +1,158 @@
+"""Scale section: what the client can do when one process is not enough.
+
+- Processes: layerbench's client with 1 and 2 processes (profile `client_procs`) at c=64 against a reference
+  engine that itself serves from several processes (SO_REUSEPORT), so the engine is not the limit. CPU per event
+  is all client processes' CPU over the events, by the difference of two run sizes (fixed costs cancel), and the
+  event rate each run streamed. On a host with two cores free for the client the second process should nearly
+  double the rate; on the 2-core CPU host, where client and engine share both cores, it can only show that the
+  split costs no more per event.
+- Pacing: open-loop levels at 500, 1,000 and 2,000 req/s (Poisson): each request's scheduling delay (its due time
+  to its task starting) at p50 and p99, and the achieved against the scheduled rate.
+
+Each figure is the median over rounds with its range."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import psutil
+
+from harness.bench.clients import RUNNERS, TTFT_MS, own_cpu_s, rotated, sim_stack
+from harness.bench.figures import Figure, Invalid, Spread, Verdict, at_least, at_most, positive, ratio
+from harness.bench.render import markdown_table, spread
+from harness.bench.section import Context, SectionResult
+from harness.errors import LayerbenchError
+from harness.load.client import RequestRecord, StreamClient
+from harness.load.levels import Driver
+from harness.load.openloop import run_rate_level
+from harness.load.prompts import PromptGenerator
+from harness.load.workers import WorkerSpec
+from harness.profile import LoadProfile
+from harness.results import new_run_id
+from harness.split import Split
+
+ITL_MS, TOKENS, CONCURRENCY = 5.0, 64, 64
+SIZES = (128, 768)
+PROCS = (1, 2)
+OTHERS = ("floor", "vllm bench serve")  # in the same rounds, against the same engine
+RATES = (500.0, 1000.0, 2000.0)
+PACING_S = 2.0
+ROUNDS = 3
+ENGINE_PROCESSES = max(2, min(8, (os.cpu_count() or 2) // 2))
+
+
+def _workers_cpu_s(split: Split) -> float:
+    total = 0.0
+    for pid in split.pool.pids if split.pool else []:
+        try:
+            t = psutil.Process(pid).cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def run_procs(url: str, procs: int, n: int, tmp: Path) -> tuple[float, int, float]:
+    """(client CPU seconds of every process, events, window seconds) of one closed-loop level in `procs`."""
+    profile = LoadProfile(concurrency=[CONCURRENCY], requests=n, requests_per_concurrency=0, output_tokens=TOKENS,
+                          input_tokens=32, warmup_waves=1, client_procs=procs, ignore_eos=True)
+    run_id = new_run_id("bench")
+    driver = Driver(StreamClient(url, "tiny", max_tokens=TOKENS, ignore_eos=True, timeout_s=120),
+                    PromptGenerator(run_id, "bench", 32), profile, run_id)
+    spec = WorkerSpec(url, "tiny", "openai", profile.model_dump(mode="json"), run_id, run_id, "bench", None, str(tmp))
+    with Split(spec, procs, driver, None) as split:
+        split.begin(CONCURRENCY, 0)  # the workers are up and imported once they meet here
+        cpu0 = own_cpu_s() + _workers_cpu_s(split)
+        run = asyncio.run(driver.measure(CONCURRENCY, 0, lambda r: None, lambda r: None, None, split.open))
+        run = split.end(run, lambda d: None, opened=True)
+        cpu = own_cpu_s() + _workers_cpu_s(split) - cpu0
+    bad = [r for r in run.records if not r["ok"]]
+    if bad or run.sent != len(run.records):
+        raise RuntimeError(f"scale: {len(bad)} failed, {run.sent} sent against {len(run.records)} recorded")
+    return cpu, sum(len(r["event_ms"]) for r in run.records), run.window_s
+
+
+def _runner(name: str, url: str, n: int, tmp: Path) -> tuple[float, int, float]:
+    if name in OTHERS:
+        run = RUNNERS[name](url, CONCURRENCY, n, TOKENS)
+        return run.cpu_s, run.events, run.wall_s
+    return run_procs(url, int(name), n, tmp)
+
+
+def measure_procs(ctx: Context, rounds: int) -> dict[str, dict[str, list[float]]]:
+    """Per client (1 and 2 layerbench processes, the floor, `vllm bench serve`), in rotated order each round."""
+    names = tuple(str(p) for p in PROCS) + OTHERS
+    out: dict[str, dict[str, list[float]]] = {name: {"us_per_event": [], "events_per_s": []} for name in names}
+    task = ctx.progress.add_task("scale: client processes", total=rounds * len(names) * len(SIZES))
+    with sim_stack(ctx.tmp, ttft_ms=TTFT_MS, itl_ms=ITL_MS, processes=ENGINE_PROCESSES) as sim:
+        url = sim.endpoint().base_url
+        for k in range(rounds):
+            for name in rotated(names, k):
+                try:
+                    got = {n: _runner(name, url, n, ctx.tmp) for n in SIZES}
+                except LayerbenchError:  # `vllm bench serve` without the engine environment
+                    got = {n: (0.0, 0, 0.0) for n in SIZES}
+                ctx.progress.advance(task, len(SIZES))
+                (c1, e1, _), (c2, e2, w2) = got[SIZES[0]], got[SIZES[1]]
+                out[name]["us_per_event"].append((c2 - c1) / (e2 - e1) * 1e6 if e2 > e1 else float("nan"))
+                out[name]["events_per_s"].append(e2 / w2 if w2 else float("nan"))
+    return out
+
+
+def measure_pacing(ctx: Context, rounds: int) -> dict[str, dict[str, list[float]]]:
+    out: dict[str, dict[str, list[float]]] = {f"{r:g}": {"p50_ms": [], "p99_ms": [], "achieved": []} for r in RATES}
+    task = ctx.progress.add_task("scale: open-loop pacing", total=rounds * len(RATES))
+    with sim_stack(ctx.tmp, ttft_ms=2.0, itl_ms=1.0) as sim:
+        url = sim.endpoint().base_url
+        client = StreamClient(url, "tiny", max_tokens=2, ignore_eos=True, timeout_s=60)
+        for k in range(rounds):
+            for rate in RATES:
+                n = int(rate * PACING_S)
+                run = asyncio.run(run_rate_level(client, PromptGenerator(new_run_id("pace"), "pace", 16), rate, n,
+                                                 seed=k, repeat=k))
+                recs = [RequestRecord.from_json(r) for r in run.records]
+                delays = sorted(r.dispatch_delay_ms for r in recs)
+                span = (max(r.t_task_ns for r in recs) - min(r.t_due_ns for r in recs)) / 1e9
+                due = (max(r.t_due_ns for r in recs) - min(r.t_due_ns for r in recs)) / 1e9
+                out[f"{rate:g}"]["p50_ms"].append(delays[len(delays) // 2])
+                out[f"{rate:g}"]["p99_ms"].append(delays[min(len(delays) - 1, int(0.99 * len(delays)))])
+                out[f"{rate:g}"]["achieved"].append((due / span) if span > 0 else float("nan"))
+                ctx.progress.advance(task)
+    return out
+
+
+def section(ctx: Context) -> SectionResult:
+    procs = measure_procs(ctx, ROUNDS)
+    pacing = measure_pacing(ctx, ROUNDS)
+    cost: dict[str, Figure] = {p: positive(v["us_per_event"], "CPU per event", "fixed costs did not cancel")
+                               for p, v in procs.items()}
+    rate: dict[str, Figure] = {p: positive(v["events_per_s"], "events/s", "no events") for p, v in procs.items()}
+    verdicts: list[Verdict] = [at_most("client CPU per event, 1 process (µs)", cost["1"], 50.0, " µs"),
+                               at_most("CPU per event, 2 processes over 1 (this host: ≤ 1.10×)",
+                                       ratio(cost["2"], cost["1"]), 1.10, "×"),
+                               at_most("open-loop scheduling delay p99 at 1,000 req/s",
+                                       Spread.of(pacing["1000"]["p99_ms"]), 1.0),
+                               at_least("events/s per core, 1 process against `vllm bench serve`",
+                                        ratio(cost["vllm bench serve"], cost["1"]), 1.5)]
+    md = [f"## Scale: client processes and open-loop pacing (c={CONCURRENCY}, {ITL_MS:.0f} ms per token; "
+          f"the reference engine in {ENGINE_PROCESSES} processes)", "",
+          f"{ROUNDS} rounds. CPU per event counts every client process, by the difference of {SIZES[0]} and "
+          f"{SIZES[1]} requests; events/s is the {SIZES[1]}-request window's. *Median (min…max over rounds).*", "",
+          markdown_table(["client", "CPU µs per event", "events/s"],
+                         [[f"layerbench, {p} process(es)" if p not in OTHERS else p, _cell(cost[p], "{:.1f}"),
+                           _cell(rate[p], "{:,.0f}")] for p in procs]), "",
+          f"Open loop, Poisson arrivals, {PACING_S:g} s of schedule per level: scheduling delay (due → the request's "
+          "task began) and achieved / scheduled rate.", "",
+          markdown_table(["offered req/s", "delay p50 (ms)", "delay p99 (ms)", "achieved / scheduled"],
+                         [[r, spread(Spread.of(v["p50_ms"]), "{:.3f}".format, "median"),
+                           spread(Spread.of(v["p99_ms"]), "{:.3f}".format, "median"),
+                           spread(Spread.of(v["achieved"]), "{:.3f}".format, "median")] for r, v in pacing.items()]),
+          ""]
+    return SectionResult("scale", md, {"processes": procs, "pacing": pacing, "engine_processes": ENGINE_PROCESSES},
+                         verdicts)
+
+
+def _cell(fig: Figure, fmt: str) -> str:
+    return f"invalid: {fig.reason}" if isinstance(fig, Invalid) else spread(fig, fmt.format, "median")
