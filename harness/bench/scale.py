@@ -56,8 +56,8 @@ def _workers_cpu_s(split: Split) -> float:
 
 def run_procs(url: str, procs: int, n: int, tmp: Path) -> tuple[float, int, float]:
     """(client CPU seconds of every process, events, window seconds) of one closed-loop level in `procs`."""
-    profile = LoadProfile(concurrency=[CONCURRENCY], requests=n, requests_per_concurrency=0, output_tokens=TOKENS,
-                          input_tokens=32, warmup_waves=1, client_procs=procs, ignore_eos=True)
+    profile = LoadProfile(name="bench-scale", concurrency=[CONCURRENCY], requests=n, requests_per_concurrency=0,
+                          output_tokens=TOKENS, input_tokens=32, warmup_waves=1, client_procs=procs, ignore_eos=True)
     run_id = new_run_id("bench")
     driver = Driver(StreamClient(url, "tiny", max_tokens=TOKENS, ignore_eos=True, timeout_s=120),
                     PromptGenerator(run_id, "bench", 32), profile, run_id)

@@ -73,8 +73,6 @@ def _event_data(block: bytes) -> bytes | None:
 
     Per the SSE spec a `data` line without a colon is an empty value, and exactly one space after the colon
     is dropped (a payload's own leading spaces are kept). Other fields and `:` comments are ignored."""
-    if block.startswith(b"data: ") and b"\n" not in block:  # what vLLM, Ray and Triton send: one data line
-        return block[6:]
     values = []
     for ln in block.split(b"\n"):
         if ln.startswith(b"data"):
