@@ -26,7 +26,7 @@ from harness.profile import IDLE_CORES, SHARED_GPU_MEMORY, LoadProfile
 from harness.results import RunWriter
 from harness.resume import ResumePlan
 from harness.schemas import RunSummary
-from harness.session import Sides, make_ready
+from harness.session import Sides, last_released, make_ready
 from harness.sweep import SweepRun, progress_bars, save, summary_file
 from stacks.base import Stack
 
@@ -120,12 +120,7 @@ def measure_interleaved(stack: Stack, pairs: int, profile: LoadProfile, writer: 
             profile = profile.with_levels(cal.kept)
     for label, run in out.runs.items():
         run.status = "failed" if label in out.failures else "complete"
-    try:
-        if previous is not None:
-            guard.wait_released(previous)
-    except LayerbenchError as e:
-        out.failures["gpu memory"] = str(e)
-    return out
+    return last_released(guard, previous, out)
 
 
 def _pair(targets: dict[str, Stack], deploy_order: list[str], k: int, pairs: int, profile: LoadProfile,

@@ -22,7 +22,7 @@ from harness.profile import LoadProfile
 from harness.results import RunWriter
 from harness.resume import ResumePlan, ResumeRefused
 from harness.schemas import RunSummary
-from harness.session import Sides, deploy_and_measure
+from harness.session import Sides, deploy_and_measure, last_released
 from harness.sweep import summary_file
 from stacks.base import Stack
 
@@ -112,9 +112,4 @@ def measure_pairs(stack: Stack, pairs: int, profile: LoadProfile, writer: RunWri
     for label, run in out.runs.items():
         if label not in out.failures:
             run.status = "complete"
-    try:
-        if previous is not None:
-            guard.wait_released(previous)
-    except LayerbenchError as e:
-        out.failures["gpu memory"] = str(e)
-    return out
+    return last_released(guard, previous, out)

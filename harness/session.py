@@ -177,9 +177,14 @@ def baseline_then_stack(targets: list[tuple[str, Stack]], profile: LoadProfile, 
                 after_side(out)
         if out.failures and not keep_going:
             break
+    return last_released(guard, previous, out)
+
+
+def last_released(guard: VramGuard, previous: str | None, out: Sides) -> Sides:
+    """`out`, once the last deployment's GPU memory is back; if it is not, the run says so."""
     try:
         if previous is not None:
             guard.wait_released(previous)
-    except LayerbenchError as e:  # the last deployment left its memory held: the run says so
+    except LayerbenchError as e:
         out.failures["gpu memory"] = str(e)
     return out
