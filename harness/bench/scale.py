@@ -6,6 +6,8 @@
   event rate each run streamed. On a host with two cores free for the client the second process should nearly
   double the rate; on the 2-core CPU host, where client and engine share both cores, it can only show that the
   split costs no more per event.
+- Accuracy in 2 processes: the first-event delivery (client arrival minus the engine's own send, one clock)
+  of the split client minus the floor's, against a one-process engine whose log holds every request.
 - Pacing: open-loop levels at 500, 1,000 and 2,000 req/s (Poisson): each request's scheduling delay (its due time
   to its task starting) at p50 and p99, and the achieved against the scheduled rate.
 
@@ -19,7 +21,8 @@ from pathlib import Path
 
 import psutil
 
-from harness.bench.clients import RUNNERS, TTFT_MS, own_cpu_s, rotated, sim_stack
+from harness.bench.accuracy import delivery
+from harness.bench.clients import RUNNERS, TTFT_MS, ClientRun, own_cpu_s, reset, rotated, sim_stack, stats
 from harness.bench.figures import Figure, Invalid, Spread, Verdict, at_least, at_most, positive, ratio
 from harness.bench.render import markdown_table, spread
 from harness.bench.section import Context, SectionResult
@@ -56,6 +59,12 @@ def _workers_cpu_s(split: Split) -> float:
 
 def run_procs(url: str, procs: int, n: int, tmp: Path) -> tuple[float, int, float]:
     """(client CPU seconds of every process, events, window seconds) of one closed-loop level in `procs`."""
+    cpu, run = _level_in(url, procs, n, tmp)
+    return cpu, sum(len(r["event_ms"]) for r in run.records), run.window_s
+
+
+def _level_in(url: str, procs: int, n: int, tmp: Path, on_open=None):
+    """One closed-loop level of layerbench's client split over `procs` processes: (their CPU seconds, the run)."""
     profile = LoadProfile(name="bench-scale", concurrency=[CONCURRENCY], requests=n, requests_per_concurrency=0,
                           output_tokens=TOKENS, input_tokens=32, warmup_waves=1, client_procs=procs, ignore_eos=True)
     run_id = new_run_id("bench")
@@ -65,13 +74,44 @@ def run_procs(url: str, procs: int, n: int, tmp: Path) -> tuple[float, int, floa
     with Split(spec, procs, driver, None) as split:
         split.begin(CONCURRENCY, 0)  # the workers are up and imported once they meet here
         cpu0 = own_cpu_s() + _workers_cpu_s(split)
-        run = asyncio.run(driver.measure(CONCURRENCY, 0, lambda r: None, lambda r: None, None, split.open))
+        def opened() -> None:
+            if on_open is not None:
+                on_open()  # before any process's window opens (the engine's statistics reset)
+            split.open()
+
+        run = asyncio.run(driver.measure(CONCURRENCY, 0, lambda r: None, lambda r: None, None, opened))
         run = split.end(run, lambda d: None, opened=True)
         cpu = own_cpu_s() + _workers_cpu_s(split) - cpu0
     bad = [r for r in run.records if not r["ok"]]
     if bad or run.sent != len(run.records):
-        raise RuntimeError(f"scale: {len(bad)} failed, {run.sent} sent against {len(run.records)} recorded")
-    return cpu, sum(len(r["event_ms"]) for r in run.records), run.window_s
+        raise LayerbenchError(f"scale: {len(bad)} failed, {run.sent} sent against {len(run.records)} recorded")
+    return cpu, run
+
+
+def measure_accuracy(ctx: Context, rounds: int) -> dict[str, list[float]]:
+    """Per round, the first-event delivery's p50 and p99 (client arrival minus the engine's send) of layerbench in
+    2 processes minus the floor's, against a one-process engine whose log holds every send."""
+    out: dict[str, list[float]] = {"p50_ms": [], "p99_ms": []}
+    task = ctx.progress.add_task("scale: TTFT accuracy in 2 processes", total=rounds * 2)
+    n = 12 * CONCURRENCY
+    with sim_stack(ctx.tmp, ttft_ms=TTFT_MS, itl_ms=10.0) as sim:
+        url = sim.endpoint().base_url
+        for k in range(rounds):
+            runs = {}
+            for name in rotated(("floor", "2"), k):
+                if name == "floor":
+                    runs[name] = RUNNERS["floor"](url, CONCURRENCY, n, TOKENS)
+                else:
+                    _, run = _level_in(url, 2, n, ctx.tmp, on_open=lambda: reset(url))
+                    ok = [r for r in run.records if r["ok"]]
+                    runs[name] = ClientRun("layerbench, 2 processes", CONCURRENCY, [r["ttft_ms"] for r in ok], [], [],
+                                           0, run.window_s, stats(url), 0.0,
+                                           [r["t_start_ns"] + r["ttft_ms"] * 1e6 for r in ok])
+                ctx.progress.advance(task)
+            for p in (50, 99):
+                lb, fl = delivery(runs["2"], p), delivery(runs["floor"], p)
+                out[f"p{p}_ms"].append(lb - fl if lb is not None and fl is not None else float("nan"))
+    return out
 
 
 def _runner(name: str, url: str, n: int, tmp: Path) -> tuple[float, int, float]:
@@ -125,7 +165,9 @@ def measure_pacing(ctx: Context, rounds: int) -> dict[str, dict[str, list[float]
 
 def section(ctx: Context) -> SectionResult:
     procs = measure_procs(ctx, ROUNDS)
+    accuracy = measure_accuracy(ctx, ROUNDS)
     pacing = measure_pacing(ctx, ROUNDS)
+    excess = {p: Spread.of(v) for p, v in accuracy.items()}
     cost: dict[str, Figure] = {p: positive(v["us_per_event"], "CPU per event", "fixed costs did not cancel")
                                for p, v in procs.items()}
     rate: dict[str, Figure] = {p: positive(v["events_per_s"], "events/s", "no events") for p, v in procs.items()}
@@ -134,6 +176,10 @@ def section(ctx: Context) -> SectionResult:
                                        ratio(cost["2"], cost["1"]), 1.10, "×"),
                                at_most("open-loop scheduling delay p99 at 1,000 req/s",
                                        Spread.of(pacing["1000"]["p99_ms"]), 1.0),
+                               at_most("TTFT (first-event delivery) p50 excess over the floor, 2 processes",
+                                       excess["p50_ms"], 0.5),
+                               at_most("TTFT (first-event delivery) p99 excess over the floor, 2 processes",
+                                       excess["p99_ms"], 2.0),
                                at_least("events/s per core, 1 process against `vllm bench serve`",
                                         ratio(cost["vllm bench serve"], cost["1"]), 1.5)]
     md = [f"## Scale: client processes and open-loop pacing (c={CONCURRENCY}, {ITL_MS:.0f} ms per token; "
@@ -143,6 +189,10 @@ def section(ctx: Context) -> SectionResult:
           markdown_table(["client", "CPU µs per event", "events/s"],
                          [[f"layerbench, {p} process(es)" if p not in OTHERS else p, _cell(cost[p], "{:.1f}"),
                            _cell(rate[p], "{:,.0f}")] for p in procs]), "",
+          f"TTFT accuracy in 2 processes at c={CONCURRENCY} ({12 * CONCURRENCY} requests, a one-process engine "
+          "whose log holds every send): first-event delivery (client arrival minus the engine's send) minus the "
+          f"floor's in the same round: p50 {spread(excess['p50_ms'], '{:+.2f} ms'.format, 'median')}, p99 "
+          f"{spread(excess['p99_ms'], '{:+.2f} ms'.format, 'median')}.", "",
           f"Open loop, Poisson arrivals, {PACING_S:g} s of schedule per level: scheduling delay (due → the request's "
           "task began) and achieved / scheduled rate.", "",
           markdown_table(["offered req/s", "delay p50 (ms)", "delay p99 (ms)", "achieved / scheduled"],
@@ -150,7 +200,8 @@ def section(ctx: Context) -> SectionResult:
                            spread(Spread.of(v["p99_ms"]), "{:.3f}".format, "median"),
                            spread(Spread.of(v["achieved"]), "{:.3f}".format, "median")] for r, v in pacing.items()]),
           ""]
-    return SectionResult("scale", md, {"processes": procs, "pacing": pacing, "engine_processes": ENGINE_PROCESSES},
+    return SectionResult("scale", md, {"processes": procs, "accuracy_2_processes": accuracy, "pacing": pacing,
+                                       "engine_processes": ENGINE_PROCESSES},
                          verdicts)
 
 

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from harness.analysis.latency_split import hidden, lagging, split
+from harness.analysis.prefix_cache import hit_rates, reused
 from harness.load.topology import cores_sentence
 from harness.reporting.document import Table, write_document
 from harness.reporting.emulation_report import step_line, step_table, step_warnings
@@ -177,7 +178,17 @@ def warnings(s: CompareSummary) -> list[str]:
         if run.exposed_ports:
             lines.append(f"**{label} listens beyond loopback**: {', '.join(run.exposed_ports)}")
         lines += [f"**warning**: {w}" for w in health_warnings(run, f" during {label}")]
+        lines += reuse_warning(label, run, s.open_loop)
     return lines + step_warnings(s)
+
+
+def reuse_warning(label: str, run, open_loop: bool) -> list[str]:
+    """One line when the engine served prompt tokens from its prefix cache in a unique-prefix run."""
+    if not (found := reused(hit_rates(run))):
+        return []
+    where = ", ".join(f"{share_pct(v)} at {level_text(c, open_loop)}" for c, v in sorted(found.items()))
+    return [f"**unique prefix did not hold** ({label}): the engine served {where} of prompt tokens from its prefix "
+            "cache (its own counters; see the prefix-cache table)"]
 
 
 def context(s: CompareSummary) -> list[str]:

@@ -6,6 +6,7 @@ the plots. Markdown and HTML render the same rows."""
 from __future__ import annotations
 
 from harness.analysis.latency_split import COUNT_TOLERANCE, LevelSplit, hidden, mean_of, split
+from harness.analysis.prefix_cache import UNIQUE_MAX, hit_rates
 from harness.analysis.vllm_metrics import HISTOGRAMS
 from harness.capacity import MAX_ERROR_SHARE, of_levels
 from harness.reporting.document import Table
@@ -99,11 +100,26 @@ def detail_tables(s: CompareSummary) -> list[Table]:
                 "differ in tok/s or TTFT p50 by more than their noise; bimodal TTFT gives the slow share and how "
                 "the slow requests cluster in streaks. Levels not listed were steady and unimodal on both sides.",
                 [lh, "deployment", "steady?", "TTFT modes"], steady or [["all", "both", "steady", "unimodal"]]))
-    out += gpu_table(s)
+    out += gpu_table(s) + prefix_table(s)
     out.append(("Where the CPU went (cores)", host_note(s) + f" Processes under {MINOR_CORES} cores at every "
                 "level are summed as 'other'.", ["deployment", "process", *[lv.level_text for lv in s.levels]],
                 cpu_rows(s)))
     return out + (audit_tables(s.audit) if s.audit else [])
+
+
+def prefix_table(s: CompareSummary) -> list[Table]:
+    """Each side's prefix-cache hit rate per level, from the engine's own counters; none where neither has them."""
+    rates = {label: hit_rates(s.runs.get(label)) for label in ("baseline", "stack")}
+    if not any(rates.values()):
+        return []
+    b, st = side_names(s)
+    rows = [[lv.level_text, *(share_pct(rates[label][lv.level]) if lv.level in rates[label] else "—"
+                              for label in ("baseline", "stack"))] for lv in s.levels]
+    return [("Prefix cache (the engine's counters)", "Prompt tokens the engine served from its prefix cache, over "
+             "its windows at the level (vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total). Every "
+             f"prompt begins with a block of its own, so above {share_pct(UNIQUE_MAX)} the unique prefix did not "
+             "hold (a chat template's shared system prompt, or a layer rewriting prompts).",
+             [_level_head(s), f"baseline ({b})", f"stack ({st})"], rows)]
 
 
 def _gpus(s: CompareSummary) -> str:
