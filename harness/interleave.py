@@ -74,7 +74,7 @@ def window(run: SweepRun, idle: Stack, rep: int, c: float, n_repeats: int, first
 
 def measure_interleaved(stack: Stack, pairs: int, profile: LoadProfile, writer: RunWriter, console: Console,
                         repeats: int, plan: ResumePlan | None = None,
-                        after_side: Callable[[Sides], None] | None = None, seed: str = "") -> Sides:
+                        after_side: Callable[[Sides], None] | None = None) -> Sides:
     """Every pair: both deployed (in the counterbalanced order harness.pairs gives), both warmed, then each
     level's windows in a random order seeded by the run and the pair. What fails is handled as in
     harness.pairs.measure_pairs: a baseline stops the compare, a stack ends it with what was measured kept."""
@@ -98,7 +98,7 @@ def measure_interleaved(stack: Stack, pairs: int, profile: LoadProfile, writer: 
         at = ["baseline"]  # the side being deployed or measured: the one a failure belongs to
         try:
             _pair(targets, list(targets) if first > 0 else list(targets)[::-1], k, pairs, profile, writer, console,
-                  repeats, prior, plan.invocation if plan else 0, out, random.Random(f"{seed or writer.run_id}:{k}"),
+                  repeats, prior, plan.invocation if plan else 0, out, random.Random(f"{writer.run_id}:{k}"),
                   at)
         except LayerbenchError as e:
             label = at[0]

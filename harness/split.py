@@ -55,7 +55,7 @@ class Split:
             if self.pool is not None:
                 self.pool.close()
             most = MAX_PROCS if self.setting == "auto" else int(self.setting)
-            self.pool = Workers(self.spec, max(self.n, min(most, max(self.cores, self.n))))
+            self.pool = Workers(self.spec, max(self.n, min(most, self.cores)))
         return self.pool
 
     def open(self) -> None:

@@ -118,10 +118,7 @@ class SweepRun:
     def on_record(self, rec: RequestRecord) -> None:
         if self.calibrate and rec.phase == "warmup-sweep":
             self.first_waves.setdefault(rec.level, []).append(rec)
-        d = rec.to_json()
-        d["label"], d["invocation"] = self.summary.label, self.invocation
-        if self.attempt:
-            d["attempt"] = self.attempt
+        d = self._tagged(rec.to_json())
         if self.split.n > 1:
             d["worker"] = 0
         if self.shard is not None:
@@ -130,10 +127,14 @@ class SweepRun:
 
     def on_worker_record(self, d: dict) -> None:
         """A record another client process measured and wrote to its own file, into the run's requests.jsonl."""
+        self.writer.request(self._tagged(d))
+
+    def _tagged(self, d: dict) -> dict:
+        """A record as requests.jsonl keeps it: which side, invocation and (interleaved) try measured it."""
         d["label"], d["invocation"] = self.summary.label, self.invocation
         if self.attempt:
             d["attempt"] = self.attempt
-        self.writer.request(d)
+        return d
 
     def start(self, progress: Progress, planned: list[tuple[int, float]]) -> None:
         """The whole side in one bar, with its ETA and the requests failed so far: a run going wrong shows early."""

@@ -104,7 +104,7 @@ class Workers:
         for conn in self.conns[:n - 1]:
             conn.send(command)
 
-    def _recv(self, i: int) -> object:
+    def recv(self, i: int) -> object:
         conn, proc = self.conns[i], self.procs[i]
         if not conn.poll(REPLY_S) or not proc.is_alive() and not conn.poll(0):
             raise LayerbenchError(f"load client worker {i + 1} did not answer (exit code {proc.exitcode})")
@@ -120,9 +120,9 @@ class Workers:
         """Each worker's report of the level just sent; raises if one failed."""
         out = []
         for i in range(n - 1):
-            got = self._recv(i)
+            got = self.recv(i)
             while isinstance(got, tuple) and got[:1] == ("ready",):  # at a barrier worker 0 never reached
-                got = self._recv(i)
+                got = self.recv(i)
             if not isinstance(got, dict) or "sent" not in got:
                 raise LayerbenchError(f"load client worker {i + 1} answered {got!r} instead of its level's results")
             out.append(got)
@@ -164,7 +164,7 @@ class ParentBarrier:
 
     def wait(self, phase: str) -> None:
         for i in range(self.n - 1):
-            got = self.workers._recv(i)
+            got = self.workers.recv(i)
             if got != ("ready", phase):
                 self.workers.send(self.n, {"op": "abort"})
                 raise LayerbenchError(f"load client worker {i + 1} said {got!r} at {phase!r}: it stopped early or "
