@@ -13,6 +13,7 @@
 #   make capacity STACK=ray BASELINE=1   ... and its bare vLLM's: the capacity lost to the layer
 #   make sweep STACK=ray SETTING=max_num_seqs=16,64   an engine setting, on the bare engine and behind the layer
 #   make sweep STACK=ray OPT=ingress_replicas=1,2,4   which part of the layer costs: each shape vs the bare engine
+#   make sweep STACK=ray SHAPES=128x128,2048x128 LEVELS=1,16   the layer's cost by request shape (input x output)
 #   GPU_HOURLY_USD=2.29 (any command): reports add the run's cost and $ per million output tokens
 #   make doctor                whether this host can run a compare (GPUs, driver, CUDA, Python, disk, model...)
 #   make compare STACK=ray ARGS=--dry-run   the plan (model, revision, engine build, GPUs, settings), nothing deployed
@@ -54,6 +55,8 @@ RUN ?=
 SLA_TTFT_P95 ?=
 SLA_ITL_P95 ?=
 SETTING ?=
+SHAPES ?=
+LEVELS ?=
 OPT ?=
 LB := $(VENV)/bin/layerbench
 
@@ -77,7 +80,7 @@ ifneq ($(DRY),)
 	$(LAYERS:%=$(STAMPS)/setup-%)
 endif
 help:  ## this list (also plain `make`)
-	@sed -n '2,20p' Makefile
+	@sed -n '2,21p' Makefile
 	@echo '# targets:'
 	@awk -F ':.*## ' '/^[a-z-]+:.*## /{printf "#   %-16s %s\n", $$1, $$2}' Makefile
 	@printf "#   %-16s %s\n" "setup-<layer>" "a layer's own environment (scripts/setup_<layer>.sh): $(LAYERS)"
@@ -138,8 +141,9 @@ capacity: $(needs)  ## the highest concurrency (or rate) meeting the SLA
 		$(if $(SLA_ITL_P95),--sla-itl-p95 $(SLA_ITL_P95)) $(if $(REPEATS),--repeats $(REPEATS)) --target $(TARGET) \
 		$(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) $(ARGS)
 
-sweep: $(needs)  ## an engine setting (SETTING=) or a layer option (OPT=) swept
+sweep: $(needs)  ## an engine setting (SETTING=), a layer option (OPT=) or the request's shape (SHAPES=) swept
 	$(LB) sweep --stack $(STACK) --profile $(PROFILE) $(MODEL_ARGS) $(if $(SETTING),--setting $(SETTING)) $(if $(OPT),--option $(OPT)) \
+		$(if $(SHAPES),--shapes $(SHAPES)) $(if $(LEVELS),--levels $(LEVELS)) \
 		$(if $(REPEATS),--repeats $(REPEATS)) $(if $(MODE),--opt mode=$(MODE)) $(ARGS)
 
 audit: $(needs)  ## which vllm:* metrics survive behind the layer

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from harness.errors import LayerbenchError
 from harness.models import model_kind
+from harness.workload import Length, PrefixGroups, Uniform, bounds, describe
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 # requests per half of a window's stationarity check (harness.analysis.steady): fewer say nothing of a median
@@ -132,8 +133,14 @@ class LoadProfile(BaseModel):
     )
     min_duration_s: float = Field(0.0, ge=0, description="a level keeps sending until this long has passed")
     warmup_waves: int = Field(1, ge=0)
-    input_tokens: int = Field(128, gt=16)
-    output_tokens: int = Field(64, gt=1)
+    input_tokens: Length = Field(128, description="prompt tokens: a number above 16 (the unique prefix takes 16), "
+                                 "{uniform: [lo, hi]}, {lognormal: {mean, sigma, max}}, or dataset (its prompts)")
+    output_tokens: Length = Field(64, description="max_tokens of each request (ignore_eos makes it the output): a "
+                                  "number above 1, uniform, lognormal, or dataset (the dataset's answers' lengths)")
+    dataset: str | None = Field(None, min_length=1, description="a ShareGPT JSON file or a JSONL of {prompt, "
+                                "output_tokens}: the requests' prompts, sampled by the run's seed")
+    prefix: PrefixGroups | None = Field(None, description="shared-prefix groups: {groups: G, shared_tokens: P}; "
+                                        "default: every prompt begins with a block of its own")
     api: Literal["completions", "chat"] = "completions"
     ignore_eos: bool = True
     request_timeout_s: float = Field(120.0, gt=0)
@@ -187,6 +194,16 @@ class LoadProfile(BaseModel):
             raise ValueError("concurrency levels must be positive integers")
         return sorted(set(v))
 
+    @field_validator("input_tokens", "output_tokens")
+    @classmethod
+    def _length(cls, v: Length, info) -> Length:
+        """A prompt holds its unique 16-token prefix and more; an output has 2 tokens for a TPOT. A lognormal draw
+        below that is raised to it (harness.workload.draw); a fixed or uniform length is refused."""
+        least = 17 if info.field_name == "input_tokens" else 2
+        if isinstance(v, int | Uniform) and (b := bounds(v)) is not None and b[0] < least:
+            raise ValueError(f"{info.field_name} {describe(v)} goes below {least} tokens")
+        return v
+
     @field_validator("client_procs")
     @classmethod
     def _procs(cls, v: int | str) -> int | str:
@@ -214,6 +231,7 @@ class LoadProfile(BaseModel):
             raise ValueError(f"`{'arrival' if self.arrival != 'poisson' else 'seed'}` applies to open-loop profiles "
                              "only: set `rates` (req/s) too, or remove it")
 
+        self._workload_fits()
         short = [x for x in self.levels() if self.requests_for(x) < min_requests()]
         if short:
             raise ValueError(f"levels {short} send fewer than {min_requests()} requests, too few to check that the "
@@ -223,6 +241,32 @@ class LoadProfile(BaseModel):
             raise ValueError(f"with scrape: interval a level must hold one scrape: set `min_duration_s` "
                              f"({self.min_duration_s}) >= `scrape_interval_s` ({self.scrape_interval_s})")
         return self
+
+    def _workload_fits(self) -> None:
+        """A dataset with its lengths, a shared prefix inside every prompt, and the longest request inside
+        max_model_len."""
+        uses = "dataset" in (self.input_tokens, self.output_tokens)
+        if uses and self.dataset is None:
+            raise ValueError("input_tokens or output_tokens `dataset` needs `dataset: PATH` (a ShareGPT JSON or JSONL "
+                             "file)")
+        if self.dataset is not None and self.input_tokens != "dataset":
+            raise ValueError("with `dataset` the prompts are the dataset's own text: set input_tokens: dataset")
+        ins, outs = bounds(self.input_tokens), bounds(self.output_tokens)
+        if self.prefix is not None and ins is not None and ins[0] < self.prefix.shared_tokens + 17:
+            raise ValueError(f"prefix shared_tokens {self.prefix.shared_tokens} leaves no room for the unique part "
+                             f"in a prompt of {ins[0]} tokens: input_tokens must be at least shared_tokens + 17")
+        if ins is not None and outs is not None and ins[1] + outs[1] > self.engine.max_model_len:
+            raise ValueError(f"a request of up to {ins[1]} + {outs[1]} tokens is beyond engine.max_model_len "
+                             f"{self.engine.max_model_len}: raise max_model_len or shorten the lengths")
+
+    def shape_text(self) -> str:
+        """The request shape as a report names it: `128/64`, or its distributions."""
+        text = f"{describe(self.input_tokens)}/{describe(self.output_tokens)}"
+        if self.dataset:
+            text += f" from {Path(self.dataset).name}"
+        if self.prefix:
+            text += f", {self.prefix.groups} groups sharing {self.prefix.shared_tokens} prefix tokens"
+        return text
 
     def warms_every_level(self) -> bool:
         return self.warmup_sweep if self.warmup_sweep is not None else not self.engine.enforce_eager
@@ -251,7 +295,7 @@ class LoadProfile(BaseModel):
         try:
             return LoadProfile.model_validate(data)
         except ValidationError as e:
-            raise LayerbenchError(f"levels {list(levels)} for profile {self.name!r}: {_problems(e)}") from None
+            raise LayerbenchError(f"levels {list(levels)} for profile {self.name!r}: {problems(e)}") from None
 
 
 def builtin_profiles() -> list[str]:
@@ -289,9 +333,9 @@ def load_profile(name_or_path: str) -> LoadProfile:
     try:
         return LoadProfile.model_validate(data)
     except ValidationError as e:
-        raise LayerbenchError(f"profile {path} is malformed: {_problems(e)}") from None
+        raise LayerbenchError(f"profile {path} is malformed: {problems(e)}") from None
 
 
-def _problems(e: ValidationError) -> str:
+def problems(e: ValidationError) -> str:
     return "; ".join((f"field '{'.'.join(str(x) for x in err['loc'])}': " if err["loc"] else "")
                      + err["msg"].removeprefix("Value error, ") for err in e.errors())

@@ -129,14 +129,15 @@ def sides(stack: Stack) -> list[tuple[str, Stack]]:
 def baseline_then_stack(targets: list[tuple[str, Stack]], profile: LoadProfile, writer: RunWriter,
                         console: Console, repeats: int, plan: ResumePlan | None = None,
                         after_side: Callable[[Sides], None] | None = None, keep_going: bool = True,
-                        sweep: SweepFn = measure) -> Sides:
+                        sweep: SweepFn = measure, profiles: dict[str, LoadProfile] | None = None) -> Sides:
     """Deploy, measure and tear down each target in turn (`sides(stack)`, and for an audit the stack's other
     shapes after it): one at a time, the first torn down and verified gone before the next starts, as on a
     host with one accelerator. A baseline that fails stops everything (nothing to compare against); a later
     side that fails is recorded, with what it measured before, and the next side still runs.
     plan: a resumed compare; a side it measured completely is not deployed again. after_side: called after
     each side (deployed or taken from the plan), so the caller can write what it has. keep_going=False: stop at
-    the first side that fails. sweep: what runs against each ready deployment (default: the profile's levels)."""
+    the first side that fails. sweep: what runs against each ready deployment (default: the profile's levels).
+    profiles: a target's own load profile, by label (a shape sweep's); the others send `profile`."""
     out = Sides()
     invocation = plan.invocation if plan else 0
     # one accelerator's worth of discipline: the next deployment starts only once the last one's GPU memory is back
@@ -156,8 +157,8 @@ def baseline_then_stack(targets: list[tuple[str, Stack]], profile: LoadProfile, 
                 guard.wait_released(previous)
             previous = f"{label} {target.kind}"
             with target:
-                out.runs[label] = deploy_and_measure(target, profile, writer, label, console, repeats, prior,
-                                                     invocation, sweep)
+                out.runs[label] = deploy_and_measure(target, (profiles or {}).get(label, profile), writer, label,
+                                                     console, repeats, prior, invocation, sweep)
                 out.runs[label].status = "complete"  # each side says how it ended (summary.csv's side_status)
                 out.live[label] = live_facts(target)
             refresh_logs(out.live[label], target)

@@ -88,9 +88,9 @@ class SweepRun:
         self.invocation, self.shard, self.pair, self.calibrate = invocation, shard, pair, calibrate
         ep = stack.endpoint()
         tok = stack.settings.model_path / "tokenizer.json"
-        key = f"{summary.label}:{stack.kind}" + (f":pod{shard.index}" if shard else "")
-        gen = PromptGenerator(writer.run_id, key, profile.input_tokens, tok if tok.exists() else None)
-        client = CLIENTS[ep.protocol](ep.base_url, ep.model, api=profile.api, max_tokens=profile.output_tokens,
+        key = f"pod{shard.index}" if shard else ""  # never the side: both send the same requests
+        gen = PromptGenerator.for_profile(writer.run_id, key, profile, tok if tok.exists() else None)
+        client = CLIENTS[ep.protocol](ep.base_url, ep.model, api=profile.api,
                                       ignore_eos=profile.ignore_eos, timeout_s=profile.request_timeout_s)
         seed = profile.seed if profile.seed is not None else writer.run_id  # both sides: the same arrivals
         if shard is not None:  # each pod a Poisson stream of rate/N with a seed of its own: together, the level's

@@ -4,6 +4,7 @@
   so the same change is measured on both: does what helps the bare engine still help behind the layer?
 - OPT=ingress_replicas=1,2,4: a typed option of the stack. One baseline, then the layer in each shape: which
   part of the layer costs, with the delta and each process's CPU per shape.
+- SHAPES=128x128,2048x128: the request's shape (harness.shapes), a bare vLLM and the layer at each.
 
 A value the engine or the stack rejects fails its own point (with the engine's log tail) and the others go on."""
 
@@ -19,7 +20,7 @@ from harness.profile import EngineSettings, LoadProfile
 from harness.schemas import RunSummary
 from stacks.base import DeploySettings, Stack
 
-Kind = Literal["setting", "option"]
+Kind = Literal["setting", "option", "shape"]
 SETTINGS = sorted(set(EngineSettings.model_fields) - {"extra_args"})
 
 
@@ -140,7 +141,12 @@ def settle(s: SweepSummary, runs: dict[str, RunSummary], failures: dict[str, str
         s.effects = [Effect(level=b.level_text, baseline=b, stack=st) for b, st in zip(bare, layer, strict=True)]
     if s.kind == "option":
         s.shape_gap = _shape_gap(s, runs, levels, open_loop, how)
-    s.conclusion = setting_sentence(s) if s.kind == "setting" else option_sentence(s)
+    if s.kind == "shape":
+        from harness.shapes import shape_sentence
+
+        s.conclusion = shape_sentence(s.stack, s.points)
+    else:
+        s.conclusion = setting_sentence(s) if s.kind == "setting" else option_sentence(s)
 
 
 def _shape_gap(s: SweepSummary, runs: dict[str, RunSummary], levels, open_loop: bool, how: dict) -> ShapeGap | None:

@@ -87,14 +87,23 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from stacks.base import get_stack
 
     _local_only(args, "sweep")
-    if bool(args.setting) == bool(args.option):
+    if sum(map(bool, (args.setting, args.option, args.shapes))) != 1:
         raise LayerbenchError("sweep needs exactly one of SETTING=key=v1,v2 (an engine setting, on the bare engine "
-                              "and behind the layer) or OPT=key=v1,v2 (a stack option, each shape against the bare "
-                              "engine)")
+                              "and behind the layer), OPT=key=v1,v2 (a stack option, each shape against the bare "
+                              "engine) or SHAPES=128x128,2048x128 (request shapes, input x output tokens)")
     p = prepare(args, "sweep")
     profile, cost, run_id, settings = p.profile, p.cost, p.run_id, p.stack.settings
-    kind = "setting" if args.setting else "option"
-    key, values, targets, points = plan(kind, args.setting or args.option, get_stack(args.stack), settings)
+    if args.levels:
+        profile = profile.with_levels(args.levels)
+    profiles = None
+    if args.shapes:
+        from harness.shapes import plan_shapes
+
+        kind, key = "shape", "shape"
+        values, targets, profiles, points = plan_shapes(args.shapes, get_stack(args.stack), settings, profile)
+    else:
+        kind = "setting" if args.setting else "option"
+        key, values, targets, points = plan(kind, args.setting or args.option, get_stack(args.stack), settings)
     repeats = args.repeats or profile.repeats
     writer = RunWriter(run_id, Path(args.results_dir), meta={
         "command": "sweep", "stack": args.stack, "kind": kind, "key": key, "values": values, "repeats": repeats,
@@ -118,7 +127,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         writer.write_json("summary.json", summary.model_dump())
 
     with recorded(writer) as outcome:
-        measured = baseline_then_stack(targets, profile, writer, console, repeats, after_side=keep)
+        measured = baseline_then_stack(targets, profile, writer, console, repeats, after_side=keep,
+                                       profiles=profiles)
         if measured.failures:  # the other points are measured and reported; the exit code still says it
             outcome.reason = "; ".join(f"{k}: {v.splitlines()[0]}" for k, v in measured.failures.items())
     summary.status, summary.wall_s = outcome.status, time.monotonic() - t0
@@ -170,9 +180,14 @@ def add_parsers(sub, profile_help: str, results_help: str) -> None:
                    help="the search's ceiling (default: 4 x max_num_seqs, or 1000 req/s in an open-loop profile)")
     c.set_defaults(func=cmd_capacity)
 
-    w = sub.add_parser("sweep", help="one engine setting (bare and behind the layer) or one layer option, swept")
+    w = sub.add_parser("sweep", help="one engine setting (bare and behind the layer), one layer option, or the "
+                       "request's shape, swept")
     common(w)
     w.add_argument("--setting", metavar="KEY=V1,V2", help="an engine setting, e.g. max_num_seqs=16,64")
     w.add_argument("--option", metavar="KEY=V1,V2", help="a stack option, e.g. ingress_replicas=1,2,4")
+    w.add_argument("--shapes", metavar="IxO,IxO", help="request shapes (input x output tokens), each a bare vLLM "
+                   "and the layer, e.g. 128x128,2048x128,128x1024")
+    w.add_argument("--levels", type=inputs.positive_floats, metavar="L1,L2",
+                   help="the levels to measure instead of the profile's (concurrencies, or rates when open loop)")
     w.add_argument("--repeats", type=inputs.positive_int, help="sweeps per deployment (default: the profile's)")
     w.set_defaults(func=cmd_sweep)

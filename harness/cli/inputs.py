@@ -69,6 +69,14 @@ def positive_float(s: str) -> float:
     return v
 
 
+def positive_floats(s: str) -> list[float | int]:
+    """Levels: "1,16,64" (concurrencies, kept whole) or "0.5,2" (rates)."""
+    values = [positive_float(p.strip()) for p in s.split(",") if p.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected levels separated by commas (e.g. 1,16,64), got {_shown(s)}")
+    return [int(v) if v.is_integer() else v for v in values]
+
+
 def url(s: str) -> str:
     """An http(s) URL with a host and an optional port, returned unchanged. URLs are written to results, so a URL
     with credentials is refused, and not echoed in the message."""

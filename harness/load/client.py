@@ -11,6 +11,7 @@ Each closed-loop slot owns one keep-alive `Connection`, so no pool lock sits on 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import sys
 import time
@@ -51,6 +52,9 @@ class RequestRecord:
     output_tokens: int | None = None  # from usage only; never counted from chunks
     prompt_tokens: int | None = None
     output_chars: int = 0
+    input_asked: int = 0  # the prompt length the profile drew (the engine's usage counts prompt_tokens)
+    output_asked: int = 0  # its max_tokens
+    digest: str = ""  # of the request body as sent: both sides of a compare send the same ones in the same order
 
     @property
     def dispatch_delay_ms(self) -> float:
@@ -119,10 +123,10 @@ class StreamClient:
     def path(self) -> str:
         return f"{self.prefix}/v1/{'chat/completions' if self.api == 'chat' else 'completions'}"
 
-    def body(self, prompt: str) -> dict:
+    def body(self, prompt: str, max_tokens: int | None = None) -> dict:
         body: dict = {
             "model": self.model,
-            "max_tokens": self.max_tokens,
+            "max_tokens": max_tokens or self.max_tokens,
             "stream": True,
             "stream_options": {"include_usage": True},
             "temperature": self.temperature,
@@ -134,8 +138,13 @@ class StreamClient:
             body["prompt"] = prompt
         return body
 
-    def encode(self, prompt: str) -> bytes:
-        payload = json.dumps(self.body(prompt), separators=(",", ":")).encode()
+    def encode(self, prompt: str, max_tokens: int | None = None) -> bytes:
+        return self.frame(self.payload(prompt, max_tokens))
+
+    def payload(self, prompt: str, max_tokens: int | None = None) -> bytes:
+        return json.dumps(self.body(prompt, max_tokens), separators=(",", ":")).encode()
+
+    def frame(self, payload: bytes) -> bytes:
         head = (
             f"POST {self.path()} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
             f"Content-Type: application/json\r\nAccept: text/event-stream\r\n"
@@ -174,8 +183,11 @@ class StreamClient:
         if rec.output_tokens is None:
             raise StreamProtocolError("malformed", "stream ended without a usage block")
 
-    async def measure(self, conn: Connection, prompt: str, rec: RequestRecord) -> RequestRecord:
-        request = self.encode(prompt)
+    async def measure(self, conn: Connection, prompt: str, rec: RequestRecord, max_tokens: int | None = None
+                      ) -> RequestRecord:
+        payload = self.payload(prompt, max_tokens)
+        rec.digest = hashlib.blake2b(payload, digest_size=8).hexdigest()
+        request = self.frame(payload)
         clock = time.perf_counter_ns
         try:
             async with timeout(self.timeout_s):

@@ -26,7 +26,7 @@ import numpy as np
 from harness.load.client import Connection, RequestRecord, StreamClient
 from harness.load.pacer import pace
 from harness.load.prompts import PromptGenerator
-from harness.load.runner import Flow, LevelRun, judge_client, measured_window, stopped, watch
+from harness.load.runner import Flow, LevelRun, judge_client, measured_window, send, stopped, watch
 from harness.schemas import Dist
 
 # One warmup wave of an open-loop level is one second of its schedule (at most the level's request count): it
@@ -129,7 +129,7 @@ async def drive_open(client: StreamClient, gen: PromptGenerator, rate: float, re
         conn = None
         try:
             conn = await pool.get()
-            await client.measure(conn, gen.prompt(rate, i + repeat * 1_000_000, phase), rec)  # type: ignore[arg-type]
+            await send(client, conn, gen, rec, i + repeat * 1_000_000)
         except BaseException as e:  # taken means recorded, whatever stopped it
             stopped(rec, e, flow)
             if conn is not None:

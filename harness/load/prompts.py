@@ -1,10 +1,19 @@
-"""Unique-prefix prompts: every prompt starts with a digest of (run, stack, level, request), so no two
-requests of a run, or of two runs, share a first KV block and prefix caching cannot flatter a stack."""
+"""The requests a load process sends. By default every prompt starts with a digest of (run, level, request,
+phase), so no two requests of a run, or of two runs, share a first KV block and prefix caching cannot flatter a
+stack; the rest is filler to the request's length. A profile may instead draw lengths from a distribution, take
+prompts from a dataset file, or put requests in groups that share a prefix (harness.workload).
+
+Nothing here depends on which side sends: both sides of a compare send byte-identical requests in the same order
+(their engines are separate, so sharing them shares no cache)."""
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
+
+from harness.load.datasets import Entry, load_dataset
+from harness.workload import Length, PrefixGroups, bounds, draw, unit
 
 # Filler is ordinary ASCII words; only the prefix has to differ between prompts.
 _FILLER_WORDS = (
@@ -19,18 +28,45 @@ def unique_prefix(run_id: str, stack: str, level: int, index: int, phase: str = 
     return hashlib.blake2b(key, digest_size=PREFIX_HEX // 2).hexdigest()
 
 
-class PromptGenerator:
-    """Builds prompts of about `input_tokens` tokens. With the model's tokenizer.json the filler length is
-    fitted by real token counts; without one, ~4 characters per token are assumed (usage reports the truth)."""
+def _words(n: int) -> str:
+    return " ".join(_FILLER_WORDS[i % len(_FILLER_WORDS)] for i in range(n))
 
-    def __init__(self, run_id: str, stack: str, input_tokens: int, tokenizer_path: Path | None = None):
+
+@dataclass(frozen=True)
+class Request:
+    text: str
+    max_tokens: int | None  # None: the client's own
+    input_tokens: int  # the length asked for (the engine's usage says what it counted)
+
+
+class PromptGenerator:
+    """Builds each request of a profile. With the model's tokenizer.json lengths are fitted by real token counts;
+    without one, ~4 characters per token are assumed (usage reports the truth). `stack` keys the prompts of one
+    load process (a pod's, a worker's); it never names the side."""
+
+    def __init__(self, run_id: str, stack: str, input_tokens: Length, tokenizer_path: Path | None = None, *,
+                 output_tokens: Length | None = None, prefix: PrefixGroups | None = None, dataset: str | None = None,
+                 max_len: int | None = None):
         self.run_id, self.stack, self.input_tokens = run_id, stack, input_tokens
+        self.output_tokens, self.groups = output_tokens, prefix
         self._tokenizer = None
         if tokenizer_path is not None and Path(tokenizer_path).exists():
             from tokenizers import Tokenizer
 
             self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
-        self._filler = self._fit_filler()
+        out_max = None if output_tokens in ("dataset", None) else bounds(output_tokens)[1]  # type: ignore[index,arg-type]
+        self._entries: list[Entry] = load_dataset(dataset, self.count_tokens, max_len, out_max).entries \
+            if dataset else []
+        # the default (a fixed length, no groups, no dataset) keeps its exactly fitted filler
+        self._fixed = self._fit_filler() if isinstance(input_tokens, int) and prefix is None else None
+        shared = prefix.shared_tokens if prefix else 0
+        self._cut = None if self._fixed is not None else self._cutter(max(self._longest(), shared))
+
+    @classmethod
+    def for_profile(cls, run_id: str, key: str, profile, tokenizer_path: Path | None) -> PromptGenerator:
+        """A load process's requests for `profile` (a LoadProfile)."""
+        return cls(run_id, key, profile.input_tokens, tokenizer_path, output_tokens=profile.output_tokens,
+                   prefix=profile.prefix, dataset=profile.dataset, max_len=profile.engine.max_model_len)
 
     def count_tokens(self, text: str) -> int:
         if self._tokenizer is None:
@@ -42,11 +78,8 @@ class PromptGenerator:
         counting again took minutes at 32K tokens."""
         sample = unique_prefix("fit", "fit", 0, 0)
 
-        def words(n: int) -> str:
-            return " ".join(_FILLER_WORDS[i % len(_FILLER_WORDS)] for i in range(n))
-
         def fits(n: int) -> bool:
-            return self.count_tokens(f"{sample} {words(n)}") >= self.input_tokens
+            return self.count_tokens(f"{sample} {_words(n)}") >= self.input_tokens  # type: ignore[operator]
 
         if fits(0):
             return ""
@@ -56,7 +89,47 @@ class PromptGenerator:
         while hi - lo > 1:
             mid = (lo + hi) // 2
             lo, hi = (lo, mid) if fits(mid) else (mid, hi)
-        return words(hi)
+        return _words(hi)
+
+    def _longest(self) -> int:
+        b = bounds(self.input_tokens)
+        return b[1] if b else 0
+
+    def _cutter(self, tokens: int):
+        """filler(n): the first n tokens' worth of filler text, from one tokenization of the longest filler (a
+        bisection per drawn length would take minutes for a wide distribution)."""
+        text = _words(tokens + 8)
+        if self._tokenizer is None:
+            return lambda n: text[:max(0, 4 * n)].rstrip()
+        ends = [end for _, end in self._tokenizer.encode(text, add_special_tokens=False).offsets]
+        return lambda n: text[:ends[min(n, len(ends)) - 1]] if n > 0 else ""
+
+    def _max_tokens(self, key: tuple, entry: Entry | None) -> int | None:
+        o = self.output_tokens
+        if o is None or isinstance(o, int):
+            return o
+        return entry.output_tokens if o == "dataset" and entry else draw(o, unit(*key, "out"), 2)
 
     def prompt(self, level: int, index: int, phase: str = "measure") -> str:
-        return f"{unique_prefix(self.run_id, self.stack, level, index, phase)} {self._filler}"
+        return self.request(level, index, phase).text
+
+    def request(self, level: float, index: int, phase: str = "measure") -> Request:
+        """The request at (level, index, phase): its prompt, max_tokens and asked-for prompt length."""
+        head = unique_prefix(self.run_id, self.stack, level, index, phase)  # type: ignore[arg-type]
+        key = (self.run_id, self.stack, phase, level, index)
+        entry = self._entries[int(unit(*key, "entry") * len(self._entries))] if self._entries else None
+        out = self._max_tokens(key, entry)
+        if self._fixed is not None:
+            return Request(f"{head} {self._fixed}", out, self.input_tokens)  # type: ignore[arg-type]
+        shared = ""
+        if self.groups is not None:
+            g = int(unit(*key, "group") * self.groups.groups)
+            lead = unique_prefix(self.run_id, "group", 0, g, "shared")
+            shared = f"{lead} {self._cut(self.groups.shared_tokens - self.count_tokens(lead))} "  # type: ignore[misc]
+        if entry is not None:
+            text = f"{shared}{head} {entry.prompt}"
+            return Request(text, out, entry.prompt_tokens + self.count_tokens(f"{shared}{head} "))
+        floor = 17 + (self.groups.shared_tokens if self.groups else 0)
+        n = draw(self.input_tokens, unit(*key, "in"), floor)
+        rest = n - self.count_tokens(head) - (self.groups.shared_tokens if self.groups else 0)
+        return Request(f"{shared}{head} {self._cut(rest)}", out, n)  # type: ignore[misc]

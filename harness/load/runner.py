@@ -134,6 +134,13 @@ def stopped(rec: RequestRecord, e: BaseException, flow: Flow) -> None:
         rec.error, rec.error_detail = "client_error", f"{type(e).__name__}: {e}"[:300]
 
 
+async def send(client: StreamClient, conn, gen: PromptGenerator, rec: RequestRecord, index: int) -> None:
+    """The request at (rec.level, index, rec.phase), measured into rec, which keeps what was asked for."""
+    req = gen.request(rec.level, index, rec.phase)
+    rec.input_asked, rec.output_asked = req.input_tokens, req.max_tokens or client.max_tokens
+    await client.measure(conn, req.text, rec, req.max_tokens)
+
+
 async def drive(client: StreamClient, gen: PromptGenerator, level: int, repeat: int, phase: str,
                  n: int, min_duration_s: float, conns: list, on_record: Callable[[RequestRecord], None],
                  dead: Callable[[], str | None] | None = None, keep: bool = True) -> Flow:
@@ -154,7 +161,7 @@ async def drive(client: StreamClient, gen: PromptGenerator, level: int, repeat: 
         while (i := flow.take()) is not None:
             rec = RequestRecord(level=level, index=i, repeat=repeat, phase=phase, t_due_ns=due)
             try:
-                await client.measure(conn, gen.prompt(level, i + repeat * 1_000_000, phase), rec)
+                await send(client, conn, gen, rec, i + repeat * 1_000_000)
             except BaseException as e:  # taken means recorded, whatever stopped it
                 stopped(rec, e, flow)
                 conn.close()

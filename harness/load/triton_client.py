@@ -26,8 +26,9 @@ class TritonStreamClient(StreamClient):
     def path(self) -> str:
         return f"{self.prefix}/v2/models/{self.model}/generate_stream"
 
-    def body(self, prompt: str) -> dict:
-        sampling = {"max_tokens": self.max_tokens, "temperature": self.temperature, "ignore_eos": self.ignore_eos}
+    def body(self, prompt: str, max_tokens: int | None = None) -> dict:
+        sampling = {"max_tokens": max_tokens or self.max_tokens, "temperature": self.temperature,
+                    "ignore_eos": self.ignore_eos}
         return {"text_input": prompt, "stream": True, "exclude_input_in_output": True,
                 "sampling_parameters": json.dumps(sampling, separators=(",", ":"))}
 

@@ -191,9 +191,9 @@ def worker_main(spec: WorkerSpec, index: int, conn, flag: StopFlag) -> None:
     from harness.profile import LoadProfile
 
     profile = LoadProfile.model_validate(spec.profile)
-    gen = PromptGenerator(spec.run_id, f"{spec.prompts_key}:w{index}", profile.input_tokens,
-                          Path(spec.tokenizer) if spec.tokenizer else None)
-    client = CLIENTS[spec.protocol](spec.base_url, spec.model, api=profile.api, max_tokens=profile.output_tokens,
+    gen = PromptGenerator.for_profile(spec.run_id, f"{spec.prompts_key}:w{index}", profile,
+                                      Path(spec.tokenizer) if spec.tokenizer else None)
+    client = CLIENTS[spec.protocol](spec.base_url, spec.model, api=profile.api,
                                     ignore_eos=profile.ignore_eos, timeout_s=profile.request_timeout_s)
     fd = os.open(records_path(spec.out_dir, index), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:

@@ -31,8 +31,10 @@ def delta_table(s: SweepSummary, price: Price | None) -> Table:
                          fmt(lv.delta_pct, "{:+.1f}%"), lv.ci.text() if lv.ci else "—", lv.verdict,
                          fmt(lv.baseline_ttft_p95_ms), fmt(lv.stack_ttft_p95_ms), share_pct(lv.baseline_goodput),
                          share_pct(lv.stack_goodput)] + ([usd(price.usd_per_mtok(lv.stack_tok_s))] if price else []))
-    what = ("each value deployed on the bare engine and behind the layer" if s.kind == "setting"
-            else "the layer in each shape against one bare-engine baseline")
+    what = {"setting": "each value deployed on the bare engine and behind the layer",
+            "option": "the layer in each shape against one bare-engine baseline",
+            "shape": "each request shape (input x output tokens) sent to a bare vLLM and to the layer, both deployed "
+                     "with the same engine settings"}[s.kind]
     return (f"The layer against the bare engine, by {s.key}", f"{what}; mean of {s.repeats} repeat(s); a delta is an "
             "overhead or a gain only when its 95% interval excludes 0.", head, rows)
 
@@ -65,6 +67,37 @@ def cpu_tables(s: SweepSummary) -> list[Table]:
     return out
 
 
+def heatmap(s: SweepSummary, out: Path) -> str | None:
+    """A shape sweep's delta over shape (rows) and level (columns): where the layer's cost concentrates."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    levels = list(dict.fromkeys(lv.level_text for p in s.points for lv in p.levels))
+    grid = np.full((len(s.points), len(levels)), np.nan)
+    for i, p in enumerate(s.points):
+        for lv in p.levels:
+            if lv.delta_pct is not None:
+                grid[i, levels.index(lv.level_text)] = lv.delta_pct
+    if np.isnan(grid).all():
+        return None
+    span = max(5.0, float(np.nanmax(np.abs(grid))))
+    fig, ax = plt.subplots(figsize=(1.6 + 1.1 * len(levels), 1.2 + 0.6 * len(s.points)))
+    im = ax.imshow(grid, cmap="RdBu", vmin=-span, vmax=span, aspect="auto")
+    for (i, j), v in np.ndenumerate(grid):
+        ax.text(j, i, "—" if np.isnan(v) else f"{v:+.0f}%", ha="center", va="center", fontsize=9)
+    ax.set_xticks(range(len(levels)), levels)
+    ax.set_yticks(range(len(s.points)), [p.value.replace("x", " / ") for p in s.points])
+    ax.set(title=f"{s.stack} against bare vLLM: throughput delta", xlabel="level", ylabel="input / output tokens")
+    fig.colorbar(im, ax=ax, label="delta %")
+    fig.tight_layout()
+    fig.savefig(out / "heatmap.png", dpi=110)
+    plt.close(fig)
+    return "heatmap.png"
+
+
 def plot(s: SweepSummary, out: Path) -> str | None:
     import matplotlib
 
@@ -79,7 +112,7 @@ def plot(s: SweepSummary, out: Path) -> str | None:
                 continue  # one baseline for every shape
             pts = [(lv.level, getattr(lv, key)) for lv in p.levels if getattr(lv, key) is not None]
             if pts:
-                label = f"{side} {s.key}={p.value}" if (s.kind == "setting" or side != "bare") else "bare vLLM"
+                label = f"{side} {s.key}={p.value}" if (s.kind != "option" or side != "bare") else "bare vLLM"
                 ax.plot(*zip(*pts, strict=True), style, marker="o", label=label)
                 drawn = True
     if not drawn:
@@ -100,14 +133,15 @@ def plot(s: SweepSummary, out: Path) -> str | None:
 
 def write(s: SweepSummary, out_dir: Path, price: Price | None, extra: list[Table] = ()) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
+    what = {"setting": "engine setting", "option": "layer option", "shape": "request"}[s.kind]
     bullets = [f"**{s.conclusion}**",
-               f"stack {s.stack}, {'engine setting' if s.kind == 'setting' else 'layer option'} {s.key} = "
+               f"stack {s.stack}, {what} {s.key} = "
                f"{', '.join(s.values)}; profile `{s.profile}`, {s.repeats} repeat(s); status {s.status}"
                + (f"; wall time {s.wall_s:.0f} s" if s.wall_s else "")]
     bullets += [f"**{label} failed**: {why.splitlines()[0][:300]}" for label, why in s.failures.items()]
     if price:
         bullets.append(f"cost at {price.text()}: this run {usd(price.run_usd(s.wall_s or 0.0))}")
-    image = plot(s, out_dir)
+    images = [plot(s, out_dir)] + ([heatmap(s, out_dir)] if s.kind == "shape" else [])
     tables = [delta_table(s, price), *effect_table(s), *cpu_tables(s), *extra]
     return write_document(out_dir, f"layerbench sweep: {s.stack} by {s.key} — {s.run_id}", bullets, tables,
-                          [image] if image else [])
+                          [i for i in images if i])

@@ -98,6 +98,7 @@ def test_a_shape_that_cannot_be_built_is_refused_before_anything_runs(tmp_path, 
     (["--setting", "max_num_seqs=x,4"], "max_num_seqs=x is not a valid engine setting"),
     (["--setting", "max_num_seqs=4", "--option", "rechunk=1"], "exactly one of"),
     ([], "exactly one of"),
+    (["--option", "rechunk=1,2", "--shapes", "32x8,32x16"], "exactly one of"),
 ])
 def test_bad_sweeps_get_one_clear_message(tmp_path, capsys, args, message):
     assert main(["sweep", "--stack", "sim-proxy", "--results-dir", str(tmp_path), *args]) == 2
@@ -108,3 +109,38 @@ def test_values_are_parsed_once():
     assert parse_values("max-num-seqs=4, 32", "SETTING") == ("max_num_seqs", ["4", "32"])
     with pytest.raises(LayerbenchError):
         parse_values("=4", "OPT")
+
+
+@pytest.mark.slow  # four deployments of the reference engine
+def test_a_per_request_cost_shrinks_with_longer_answers_across_shapes(tmp_path, write_profile):
+    """A proxy holding each request 20 ms costs a 20 ms share of an 8-token answer (~40 ms at 5 ms per token) and a
+    small one of a 64-token answer (~320 ms): the shape sweep must show the first costlier, and say why."""
+    rc, s, report = sweep(tmp_path, write_profile, "--shapes", "32x8,32x64", "--opt", "request_delay_ms=20",
+                          concurrency=(4,))
+    assert rc == 0, s["failures"]
+    assert s["kind"] == "shape" and s["values"] == ["32x8", "32x64"]
+    short, long = (p["levels"][-1] for p in s["points"])
+    assert short["delta_pct"] < long["delta_pct"] - 10 < 0
+    assert "from " in s["conclusion"] and "at 32/8 to" in s["conclusion"]
+    assert "longer answers dilute it" in s["conclusion"]
+    assert (report / "heatmap.png").stat().st_size > 0 and "heatmap.png" in (report / "report.md").read_text()
+    # each shape's two deployments sent that shape: the engine's usage confirms it
+    results = next(r for r in (tmp_path / "results").iterdir() if "-sweep-" in r.name)
+    outs = {}
+    for line in (results / "requests.jsonl").read_text().splitlines():
+        d = json.loads(line)
+        if d.get("phase") == "measure" and d.get("ok"):
+            outs.setdefault(d["label"], set()).add(d["output_tokens"])
+    assert outs == {"baseline@32x8": {8}, "stack@32x8": {8}, "baseline@32x64": {64}, "stack@32x64": {64}}
+
+
+@pytest.mark.parametrize("shapes, message", [
+    ("128", "takes input x output token pairs"),
+    ("128x64,128x64", "names a shape twice"),
+    ("128x64", "takes 2 to"),
+    ("128x64,4000x200", "shape 4000x200: a request of up to 4000 + 200 tokens is beyond engine.max_model_len"),
+    ("8x64,128x64", "shape 8x64: field 'input_tokens': input_tokens 8 goes below 17 tokens"),
+])
+def test_bad_shapes_are_refused_before_anything_runs(tmp_path, capsys, shapes, message):
+    assert main(["sweep", "--stack", "sim-proxy", "--results-dir", str(tmp_path), "--shapes", shapes]) == 2
+    assert message in capsys.readouterr().err and not any(tmp_path.iterdir())

@@ -1,0 +1,120 @@
+"""What a profile's requests look like: token lengths that are fixed or drawn from a distribution, prompts taken
+from a dataset file, and groups of requests that share a prefix. The schemas live here; the requests themselves
+are built by harness.load.requests.
+
+Every draw is a pure function of (the run, the request's level, index and phase), never of the side or of time:
+both sides of a compare, every repeat's replay and a resume send the same requests in the same order."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from statistics import NormalDist
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+
+_STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+LENGTH_MAX = 1_000_000  # tokens: a bound on any length, far above any model's context
+
+
+class Uniform(BaseModel):
+    """`{uniform: [lo, hi]}`: every length from lo to hi (inclusive) equally likely."""
+
+    model_config = _STRICT
+    uniform: list[int]
+
+    @field_validator("uniform")
+    @classmethod
+    def _bounds(cls, v: list[int]) -> list[int]:
+        if len(v) != 2 or not 1 <= v[0] <= v[1] <= LENGTH_MAX:
+            raise ValueError(f"uniform takes [lo, hi] with 1 <= lo <= hi <= {LENGTH_MAX:,}, got {v}")
+        return v
+
+
+class LognormalSpec(BaseModel):
+    model_config = _STRICT
+    mean: float = Field(gt=0, le=LENGTH_MAX, description="the lengths' mean in tokens (before the cap)")
+    sigma: float = Field(gt=0, le=3, description="the spread of log(length)")
+    max: int = Field(gt=0, le=LENGTH_MAX, description="lengths above it are cut to it")
+
+    @model_validator(mode="after")
+    def _cap_above_mean(self) -> LognormalSpec:
+        if self.max < self.mean:
+            raise ValueError(f"lognormal max ({self.max}) is below its mean ({self.mean:g})")
+        return self
+
+
+class Lognormal(BaseModel):
+    """`{lognormal: {mean, sigma, max}}`: long-tailed lengths as chat traffic has them, cut at max."""
+
+    model_config = _STRICT
+    lognormal: LognormalSpec
+
+
+def _form(v: object) -> str | None:
+    """Which form a length is written in, so a mistake is reported against that form only."""
+    if isinstance(v, dict | Uniform | Lognormal):
+        keys = set(v) if isinstance(v, dict) else set(type(v).model_fields)
+        return "uniform" if keys == {"uniform"} else "lognormal" if keys == {"lognormal"} else None
+    return "dataset" if isinstance(v, str) else "tokens" if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+Length = Annotated[Annotated[int, Tag("tokens")] | Annotated[Uniform, Tag("uniform")]
+                   | Annotated[Lognormal, Tag("lognormal")] | Annotated[Literal["dataset"], Tag("dataset")],
+                   Discriminator(_form, custom_error_type="length", custom_error_message=(
+                       "a length is a number of tokens, {uniform: [lo, hi]}, {lognormal: {mean, sigma, max}} or "
+                       "dataset"))]
+
+
+class PrefixGroups(BaseModel):
+    """`prefix: {groups: G, shared_tokens: P}`: each request belongs to one of G groups (in a seeded order), and
+    the requests of a group begin with the same P tokens, so a prefix cache has something to reuse."""
+
+    model_config = _STRICT
+    groups: int = Field(ge=1, le=100_000)
+    shared_tokens: int = Field(ge=1, le=LENGTH_MAX)
+
+
+def unit(*key: object) -> float:
+    """A number in [0, 1) that depends only on `key`: the seeded draw behind every length and choice."""
+    h = hashlib.blake2b("|".join(map(str, key)).encode(), digest_size=8).digest()
+    return (int.from_bytes(h, "big") >> 11) / float(1 << 53)
+
+
+def draw(length: Length, u: float, floor: int) -> int:
+    """The length at quantile u (fixed lengths ignore u), never below `floor` (what a request needs at least)."""
+    if isinstance(length, int):
+        return max(floor, length)
+    if isinstance(length, Uniform):
+        lo, hi = length.uniform
+        return max(floor, lo + min(hi - lo, int(u * (hi - lo + 1))))
+    if isinstance(length, Lognormal):
+        s = length.lognormal
+        mu = math.log(s.mean) - s.sigma ** 2 / 2  # so the (uncut) lengths' mean is `mean`
+        z = NormalDist().inv_cdf(min(max(u, 1e-12), 1 - 1e-12))
+        return max(floor, min(s.max, round(math.exp(mu + s.sigma * z))))
+    raise ValueError("dataset lengths come from the dataset's own requests")
+
+
+def bounds(length: Length) -> tuple[int, int] | None:
+    """(shortest, longest) a distribution can draw; None for lengths a dataset decides."""
+    if isinstance(length, int):
+        return length, length
+    if isinstance(length, Uniform):
+        return length.uniform[0], length.uniform[1]
+    if isinstance(length, Lognormal):
+        return 1, length.lognormal.max
+    return None
+
+
+def describe(length: Length) -> str:
+    """How a report names it: `128`, `uniform 64-512`, `lognormal mean 256, sigma 0.8, max 2048`, `dataset`."""
+    if isinstance(length, int):
+        return str(length)
+    if isinstance(length, Uniform):
+        return f"uniform {length.uniform[0]}-{length.uniform[1]}"
+    if isinstance(length, Lognormal):
+        s = length.lognormal
+        return f"lognormal mean {s.mean:g}, sigma {s.sigma:g}, max {s.max}"
+    return "the dataset's"
