@@ -127,11 +127,12 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
         if versions[label] != run.engine_version:
             raise ResumeRefused(f"cannot resume: the {label}'s engine is now version {versions[label]}, the first "
                                 f"invocation measured {run.engine_version}")
+    study = study_comparable(profile.name, stack.settings.model) and profile.builtin_shaped()
     summary = CompareSummary(
         run_id=writer.run_id, stack=stack.kind, baseline_stack=baseline.kind, in_request_path=stack.in_request_path,
         renames=stack.metric_aliases(), metricless=stack.metricless_endpoints(),
-        shape=stack.shape(), published=stack.published() if study_comparable(profile.name, stack.settings.model)
-        else None, model=stack.settings.model, devices=list(stack.settings.devices), gpu_host=_gpu_host(),
+        shape=stack.shape(), published=stack.published() if study else None, model=stack.settings.model,
+        devices=list(stack.settings.devices), gpu_host=_gpu_host(),
         profile=profile.name, repeats=repeats, pairs=profile.pairs, deployments=profile.deployments,
         order=pair_order(profile.pairs) if profile.deployments == "sequential" else [0] * profile.pairs,
         margin=profile.equivalence_margin, versions=versions,

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from harness.errors import LayerbenchError
 from harness.models import model_kind
-from harness.workload import Length, PrefixGroups, Uniform, bounds, describe
+from harness.workload import Length, PrefixGroups, Sessions, Uniform, bounds, describe
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 # requests per half of a window's stationarity check (harness.analysis.steady): fewer say nothing of a median
@@ -141,6 +141,8 @@ class LoadProfile(BaseModel):
                                 "output_tokens}: the requests' prompts, sampled by the run's seed")
     prefix: PrefixGroups | None = Field(None, description="shared-prefix groups: {groups: G, shared_tokens: P}; "
                                         "default: every prompt begins with a block of its own")
+    sessions: Sessions | None = Field(None, description="multi-turn chats {turns: T, think_time_s: X}: a level's "
+                                      "concurrency counts chats in flight, each turn sending the conversation so far")
     api: Literal["completions", "chat"] = "completions"
     ignore_eos: bool = True
     request_timeout_s: float = Field(120.0, gt=0)
@@ -252,12 +254,18 @@ class LoadProfile(BaseModel):
         if self.dataset is not None and self.input_tokens != "dataset":
             raise ValueError("with `dataset` the prompts are the dataset's own text: set input_tokens: dataset")
         ins, outs = bounds(self.input_tokens), bounds(self.output_tokens)
-        if self.prefix is not None and ins is not None and ins[0] < self.prefix.shared_tokens + 17:
+        if self.prefix is not None and isinstance(self.input_tokens, int | Uniform) and ins is not None \
+                and ins[0] < self.prefix.shared_tokens + 17:  # a lognormal draw is raised to what it needs
             raise ValueError(f"prefix shared_tokens {self.prefix.shared_tokens} leaves no room for the unique part "
                              f"in a prompt of {ins[0]} tokens: input_tokens must be at least shared_tokens + 17")
-        if ins is not None and outs is not None and ins[1] + outs[1] > self.engine.max_model_len:
-            raise ValueError(f"a request of up to {ins[1]} + {outs[1]} tokens is beyond engine.max_model_len "
+        turns = self.sessions.turns if self.sessions else 1
+        if ins is not None and outs is not None and turns * (ins[1] + outs[1]) > self.engine.max_model_len:
+            what = f"{turns} turns of " if turns > 1 else ""
+            raise ValueError(f"a request of up to {what}{ins[1]} + {outs[1]} tokens is beyond engine.max_model_len "
                              f"{self.engine.max_model_len}: raise max_model_len or shorten the lengths")
+        if self.sessions is not None and self.rates is not None:
+            raise ValueError("sessions take a closed-loop profile (`concurrency`: chats in flight); an open loop of "
+                             "session arrival rates is not implemented")
 
     def shape_text(self) -> str:
         """The request shape as a report names it: `128/64`, or its distributions."""
@@ -266,7 +274,19 @@ class LoadProfile(BaseModel):
             text += f" from {Path(self.dataset).name}"
         if self.prefix:
             text += f", {self.prefix.groups} groups sharing {self.prefix.shared_tokens} prefix tokens"
+        if self.sessions:
+            text += f", chats of {self.sessions.turns} turns ({self.sessions.think_time_s:g} s to think)"
         return text
+
+    def builtin_shaped(self) -> bool:
+        """Whether its requests have the shape of the built-in profile of its name (a study's published figures
+        are set beside a run only at the study's shape)."""
+        path = PROFILE_DIR / f"{self.name}.yaml"
+        if not path.exists():
+            return False
+        ref = load_profile(str(path))
+        fields = ("input_tokens", "output_tokens", "dataset", "prefix", "api")
+        return all(getattr(self, f) == getattr(ref, f) for f in fields)
 
     def warms_every_level(self) -> bool:
         return self.warmup_sweep if self.warmup_sweep is not None else not self.engine.enforce_eager

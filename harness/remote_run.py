@@ -23,10 +23,11 @@ def skeleton(stack: Stack, profile: LoadProfile, run_id: str, repeats: int | Non
              model: str, revision: str, aliases: tuple[str, ...], cluster: dict) -> CompareSummary:
     """The compare as known before its sides run."""
     served = cluster_model(model, revision)
+    study = study_comparable(profile.name, served) and profile.builtin_shaped()
     return CompareSummary(
         run_id=run_id, stack=stack.kind, baseline_stack="vllm", in_request_path=stack.in_request_path,
         renames=aliases, shape=stack.shape(),
-        published=stack.published() if study_comparable(profile.name, served) else None, profile=profile.name,
+        published=stack.published() if study else None, profile=profile.name,
         repeats=repeats or profile.repeats, versions={}, version_match=False, applied={}, settings_match=False,
         settings_mismatches=[], options=dict(stack.settings.options), scrape_policy=profile.scrape, slo=profile.slo,
         model=served, target=target, cluster=cluster)

@@ -92,6 +92,7 @@ class SweepRun:
         gen = PromptGenerator.for_profile(writer.run_id, key, profile, tok if tok.exists() else None)
         client = CLIENTS[ep.protocol](ep.base_url, ep.model, api=profile.api,
                                       ignore_eos=profile.ignore_eos, timeout_s=profile.request_timeout_s)
+        client.keep_text = profile.sessions is not None
         seed = profile.seed if profile.seed is not None else writer.run_id  # both sides: the same arrivals
         if shard is not None:  # each pod a Poisson stream of rate/N with a seed of its own: together, the level's
             seed = f"{seed}:pod{shard.index}"
@@ -105,6 +106,7 @@ class SweepRun:
         self.sampler = CoreSampler([os.getpid()], writer.dir / f"cores-{summary.label}.raw.json")
         self.gpus = GpuSampler(stack.settings.devices, writer.dir / f"gpu-{summary.label}.jsonl")
         summary.scrape_policy, summary.warmup_sweep = profile.scrape, profile.warms_every_level()
+        summary.shared_prefix = profile.prefix is not None or profile.sessions is not None  # reuse is meant
         summary.gpu_telemetry, summary.devices = telemetry_note(stack.settings.devices), list(stack.settings.devices)
         self.labels: dict[int, str] = {os.getpid(): "load client"}
         self.first_waves: dict[int, list[RequestRecord]] = {}  # calibrate: each level's warmup wave

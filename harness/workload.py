@@ -76,6 +76,16 @@ class PrefixGroups(BaseModel):
     shared_tokens: int = Field(ge=1, le=LENGTH_MAX)
 
 
+class Sessions(BaseModel):
+    """`sessions: {turns: T, think_time_s: X}`: each closed-loop slot holds a chat of T turns, one after another;
+    each turn's prompt is the conversation so far (every earlier prompt and answer) and a new user message of the
+    profile's input length, sent X seconds after the last answer ended."""
+
+    model_config = _STRICT
+    turns: int = Field(ge=2, le=100)
+    think_time_s: float = Field(0.0, ge=0, le=600)
+
+
 def unit(*key: object) -> float:
     """A number in [0, 1) that depends only on `key`: the seeded draw behind every length and choice."""
     h = hashlib.blake2b("|".join(map(str, key)).encode(), digest_size=8).digest()

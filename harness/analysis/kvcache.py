@@ -220,8 +220,10 @@ def _size(n: float) -> str:
     return f"{n:,.0f} B"
 
 
-def kv_table(facts: KVCacheFacts) -> tuple[str, str, list[str], list[list[str]]]:
-    """(title, caption, header, rows) comparing the config.json arithmetic with the engine's startup log."""
+def kv_table(facts: KVCacheFacts, contexts: list[tuple[str, int]] = ()) -> tuple[str, str, list[str], list[list[str]]]:
+    """(title, caption, header, rows) comparing the config.json arithmetic with the engine's startup log.
+    contexts: (what, tokens) of the workload's own contexts (its p50 and p99 prompt + output): the concurrency
+    the cache holds at each, beside the one at the engine's reference context."""
     f, s, implied = facts, facts.shape, facts.budget_source == _IMPLIED
     per_token = f"{_size(f.budget_bytes / f.tokens_logged)} (budget ÷ tokens)" \
         if f.budget_bytes and f.tokens_logged and not implied else ""
@@ -240,6 +242,9 @@ def kv_table(facts: KVCacheFacts) -> tuple[str, str, list[str], list[list[str]]]
         ["Tokens that fit", *("—" if n is None else f"{n:,}" for n in (f.tokens_computed, f.tokens_logged))],
         [f"Max concurrency at {f.context_tokens:,} tokens",
          *("—" if x is None else f"{x:.2f}x" for x in (f.concurrency_computed, f.concurrency_logged))],
+        *([f"Max concurrency at the workload's {what} context ({n:,} tokens)",
+           *("—" if t is None else f"{max_concurrency(t, n):.2f}x" for t in (f.tokens_computed, f.tokens_logged))]
+          for what, n in contexts if n > 0),
         ["Decode lower bound at c=1", floor, ""],
     ]
     verdict = {True: "The engine's startup log agrees with the arithmetic.", None: "",

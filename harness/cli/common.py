@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 
 from harness.errors import LayerbenchError
 from harness.profile import EngineSettings, LoadProfile, load_profile
@@ -31,7 +32,7 @@ class Outcome:
     def exit_code(self, writer: RunWriter) -> int:
         """130 after Ctrl-C; LayerbenchError (exit 2) when failed; 0 when complete."""
         if self.status == "interrupted":
-            err_console.print(f"[yellow]{self.reason}[/]; measured so far is kept in {writer.dir}")
+            err_console.print(f"[yellow]{escape(self.reason)}[/]; measured so far is kept in {writer.dir}")
             return 130
         if self.status != "complete":
             raise LayerbenchError(f"{self.reason}\n(run marked {self.status}: {writer.dir}/run.json)")
@@ -161,4 +162,21 @@ def prepare(args: argparse.Namespace, command: str, profile: LoadProfile | None 
     run_id = run_id or new_run_id(args.stack if command == "run" else f"{command}-{args.stack}")
     results = Path(args.results_dir)
     stack = stack_cls(settings_for(args, profile, results / run_id / "logs"))
+    check_workload(profile, stack.settings.model_path / "tokenizer.json")
     return Prepared(profile=profile, stack=stack, run_id=run_id, results=results, cost=cost)
+
+
+def check_workload(profile: LoadProfile, tokenizer: Path) -> None:
+    """A dataset read and its requests counted before anything is deployed: a file missing, empty, in an unknown
+    layout or with no request inside max_model_len is refused here with its reason (LayerbenchError)."""
+    if profile.dataset is None:
+        return
+    from harness.load.datasets import load_dataset
+    from harness.load.prompts import PromptGenerator
+
+    gen = PromptGenerator.for_profile("check", "", profile, tokenizer if tokenizer.exists() else None)
+    d = load_dataset(profile.dataset, gen.count_tokens, profile.engine.max_model_len, gen.longest_output())
+    console.print(f"dataset {profile.dataset}: {len(d.entries):,} requests ({d.layout})"
+                  + (f"; {d.skipped:,} longer than max_model_len {profile.engine.max_model_len} skipped"
+                     if d.skipped else "")
+                  + (f"; {d.malformed:,} records without a prompt and an answer skipped" if d.malformed else ""))

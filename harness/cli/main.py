@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+from rich.markup import escape
+
 from harness.cli.common import (
     add_model_arguments,
     console,
@@ -324,14 +326,14 @@ def main(argv: list[str] | None = None) -> int:
         check_target(args)
         return args.func(args)
     except LayerbenchError as e:
-        err_console.print(f"[bold red]error:[/] {e}", highlight=False)
+        err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False)  # "[lo, hi]" is not markup
         return 2
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted[/]")
         return 130
     except OSError as e:  # a full disk, a folder that went away: not a bug, and not worth a traceback
-        err_console.print(f"[bold red]error:[/] cannot read or write {e.filename or 'a file'}: {e.strerror or e}",
-                          highlight=False)
+        err_console.print(f"[bold red]error:[/] cannot read or write {escape(str(e.filename or 'a file'))}: "
+                          f"{escape(str(e.strerror or e))}", highlight=False)
         return 2
     except Exception as e:  # a bug of ours: one line for the user, the traceback in a file for the report
         return _internal_error(e)
@@ -343,8 +345,8 @@ def _internal_error(e: Exception) -> int:
 
     with tempfile.NamedTemporaryFile("w", prefix="layerbench-error-", suffix=".txt", delete=False) as f:
         traceback.print_exc(file=f)
-    err_console.print(f"[bold red]internal error:[/] {type(e).__name__}: {e} (a layerbench bug; traceback in "
-                      f"{f.name})", highlight=False)
+    err_console.print(f"[bold red]internal error:[/] {type(e).__name__}: {escape(str(e))} (a layerbench bug; "
+                      f"traceback in {f.name})", highlight=False)
     return 3
 
 

@@ -55,6 +55,8 @@ class RequestRecord:
     input_asked: int = 0  # the prompt length the profile drew (the engine's usage counts prompt_tokens)
     output_asked: int = 0  # its max_tokens
     digest: str = ""  # of the request body as sent: both sides of a compare send the same ones in the same order
+    turn: int = 0  # a multi-turn chat's turn (0: the first, or a profile without sessions)
+    answer: str = ""  # the streamed text, kept only for a chat's next turn (StreamClient.keep_text); not written
 
     @property
     def dispatch_delay_ms(self) -> float:
@@ -73,6 +75,7 @@ class RequestRecord:
         d = {k: getattr(self, k) for k in self.__slots__}  # no asdict: it deep-copies and was slower
         if not self.t_task_ns:  # closed loop: its records keep their shape
             del d["t_task_ns"]
+        del d["answer"]
         d["event_ms"] = [round(x, 3) for x in self.event_ms]
         d["dispatch_delay_ms"] = round(self.dispatch_delay_ms, 4)
         return d
@@ -115,6 +118,7 @@ class StreamClient:
         self.prefix = u.path.rstrip("/")
         self.model, self.api, self.max_tokens = model, api, max_tokens
         self.ignore_eos, self.timeout_s, self.temperature = ignore_eos, timeout_s, temperature
+        self.keep_text = False  # multi-turn chats: each answer goes into the next turn's prompt
 
     def connection(self) -> Connection:
         return Connection(self.host, self.port)
@@ -177,6 +181,8 @@ class StreamClient:
             if t:
                 text += t
         rec.output_chars += len(text)
+        if self.keep_text:
+            rec.answer += text
         return bool(text), False
 
     def finish(self, rec: RequestRecord) -> None:

@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.load.datasets import Entry, load_dataset
-from harness.workload import Length, PrefixGroups, bounds, draw, unit
+from harness.workload import Length, PrefixGroups, Sessions, bounds, draw, unit
 
 # Filler is ordinary ASCII words; only the prefix has to differ between prompts.
 _FILLER_WORDS = (
     "the quick brown fox jumps over a lazy dog while serving engineers measure tokens per second "
     "under load and count every request that misses its latency budget"
 ).split()
+TURN_STRIDE = 1_000  # a chat's turns are requests chat * TURN_STRIDE + turn (sessions have at most 100 turns)
 PREFIX_HEX = 16  # characters; at least one token per character, so 16 tokens always cover the whole digest
 
 
@@ -46,16 +47,15 @@ class PromptGenerator:
 
     def __init__(self, run_id: str, stack: str, input_tokens: Length, tokenizer_path: Path | None = None, *,
                  output_tokens: Length | None = None, prefix: PrefixGroups | None = None, dataset: str | None = None,
-                 max_len: int | None = None):
+                 max_len: int | None = None, sessions: Sessions | None = None):
         self.run_id, self.stack, self.input_tokens = run_id, stack, input_tokens
-        self.output_tokens, self.groups = output_tokens, prefix
+        self.output_tokens, self.groups, self.sessions = output_tokens, prefix, sessions
         self._tokenizer = None
         if tokenizer_path is not None and Path(tokenizer_path).exists():
             from tokenizers import Tokenizer
 
             self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
-        out_max = None if output_tokens in ("dataset", None) else bounds(output_tokens)[1]  # type: ignore[index,arg-type]
-        self._entries: list[Entry] = load_dataset(dataset, self.count_tokens, max_len, out_max).entries \
+        self._entries: list[Entry] = load_dataset(dataset, self.count_tokens, max_len, self.longest_output()).entries \
             if dataset else []
         # the default (a fixed length, no groups, no dataset) keeps its exactly fitted filler
         self._fixed = self._fit_filler() if isinstance(input_tokens, int) and prefix is None else None
@@ -66,7 +66,8 @@ class PromptGenerator:
     def for_profile(cls, run_id: str, key: str, profile, tokenizer_path: Path | None) -> PromptGenerator:
         """A load process's requests for `profile` (a LoadProfile)."""
         return cls(run_id, key, profile.input_tokens, tokenizer_path, output_tokens=profile.output_tokens,
-                   prefix=profile.prefix, dataset=profile.dataset, max_len=profile.engine.max_model_len)
+                   prefix=profile.prefix, dataset=profile.dataset, max_len=profile.engine.max_model_len,
+                   sessions=profile.sessions)
 
     def count_tokens(self, text: str) -> int:
         if self._tokenizer is None:
@@ -90,6 +91,11 @@ class PromptGenerator:
             mid = (lo + hi) // 2
             lo, hi = (lo, mid) if fits(mid) else (mid, hi)
         return _words(hi)
+
+    def longest_output(self) -> int | None:
+        """The profile's own longest max_tokens; None where each dataset entry's answer sets it."""
+        o = self.output_tokens
+        return None if o is None or o == "dataset" else bounds(o)[1]  # type: ignore[index]
 
     def _longest(self) -> int:
         b = bounds(self.input_tokens)
@@ -133,3 +139,11 @@ class PromptGenerator:
         n = draw(self.input_tokens, unit(*key, "in"), floor)
         rest = n - self.count_tokens(head) - (self.groups.shared_tokens if self.groups else 0)
         return Request(f"{shared}{head} {self._cut(rest)}", out, n)  # type: ignore[misc]
+
+    def turn(self, level: float, chat: int, turn: int, history: str, phase: str = "measure") -> Request:
+        """Turn `turn` of chat `chat`: the conversation so far (`history`: every earlier prompt and answer), then a
+        new user message, drawn as the request (level, chat, phase) of turn `turn` would be."""
+        new = self.request(level, chat * TURN_STRIDE + turn, phase)
+        if not history:
+            return new
+        return Request(f"{history}\n{new.text}", new.max_tokens, self.count_tokens(history + "\n") + new.input_tokens)

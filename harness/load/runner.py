@@ -17,7 +17,7 @@ import psutil
 from pydantic import BaseModel
 
 from harness.load.client import RequestRecord, StreamClient
-from harness.load.prompts import PromptGenerator
+from harness.load.prompts import PromptGenerator, Request
 from harness.schemas import ClientHealth, Dist
 
 # Client health (README, "Client health"): *saturated* means the client itself is out of CPU; *starved* means
@@ -134,11 +134,39 @@ def stopped(rec: RequestRecord, e: BaseException, flow: Flow) -> None:
         rec.error, rec.error_detail = "client_error", f"{type(e).__name__}: {e}"[:300]
 
 
-async def send(client: StreamClient, conn, gen: PromptGenerator, rec: RequestRecord, index: int) -> None:
-    """The request at (rec.level, index, rec.phase), measured into rec, which keeps what was asked for."""
-    req = gen.request(rec.level, index, rec.phase)
+async def send(client: StreamClient, conn, gen: PromptGenerator, rec: RequestRecord, index: int,
+               req: Request | None = None) -> None:
+    """The request at (rec.level, index, rec.phase), or `req`, measured into rec, which keeps what was asked."""
+    req = req or gen.request(rec.level, index, rec.phase)
     rec.input_asked, rec.output_asked = req.input_tokens, req.max_tokens or client.max_tokens
     await client.measure(conn, req.text, rec, req.max_tokens)
+
+
+class Chat:
+    """A closed-loop slot's multi-turn chats (profile `sessions`): slot k of c holds chats k, k + c, k + 2c, ...
+    (the same chats on both sides of a compare, whatever the timing), each turn sent after the think time."""
+
+    def __init__(self, gen: PromptGenerator, slot: int, slots: int, repeat: int):
+        assert gen.sessions is not None
+        self.gen, self.turns, self.think_s = gen, gen.sessions.turns, gen.sessions.think_time_s
+        self.chat, self.slots, self.base = slot, slots, repeat * 1_000_000
+        self.turn, self.history, self.req = 0, "", None
+
+    def next(self, rec: RequestRecord) -> Request:
+        rec.turn = self.turn
+        self.req = self.gen.turn(rec.level, self.base + self.chat, self.turn, self.history, rec.phase)
+        return self.req
+
+    async def after(self, rec: RequestRecord) -> None:
+        """The answer joins the conversation; a failed turn, or the last, ends the chat and the slot starts the
+        next one at once; otherwise the user thinks before the next turn."""
+        if rec.ok and self.turn + 1 < self.turns and self.req is not None:
+            self.turn, self.history = self.turn + 1, f"{self.req.text}{rec.answer}"
+            rec.answer = ""
+            if self.think_s:
+                await asyncio.sleep(self.think_s)
+            return
+        self.chat, self.turn, self.history = self.chat + self.slots, 0, ""
 
 
 async def drive(client: StreamClient, gen: PromptGenerator, level: int, repeat: int, phase: str,
@@ -155,13 +183,14 @@ async def drive(client: StreamClient, gen: PromptGenerator, level: int, repeat: 
             flow.records.append(rec)
         on_record(rec)
 
-    async def slot(conn) -> None:
+    async def slot(k: int, conn) -> None:
         due = clock()
         backoff = 0.0
+        chat = Chat(gen, k, len(conns), repeat) if gen.sessions else None
         while (i := flow.take()) is not None:
             rec = RequestRecord(level=level, index=i, repeat=repeat, phase=phase, t_due_ns=due)
             try:
-                await send(client, conn, gen, rec, i + repeat * 1_000_000)
+                await send(client, conn, gen, rec, i + repeat * 1_000_000, chat.next(rec) if chat else None)
             except BaseException as e:  # taken means recorded, whatever stopped it
                 stopped(rec, e, flow)
                 conn.close()
@@ -174,9 +203,11 @@ async def drive(client: StreamClient, gen: PromptGenerator, level: int, repeat: 
                 await asyncio.sleep(backoff)
             else:
                 backoff = 0.0
+            if chat is not None:
+                await chat.after(rec)
             due = clock()
 
-    tasks = [asyncio.create_task(slot(c)) for c in conns]
+    tasks = [asyncio.create_task(slot(k, c)) for k, c in enumerate(conns)]
     watcher = asyncio.create_task(watch(flow, tasks, dead))
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)

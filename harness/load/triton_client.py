@@ -52,6 +52,8 @@ class TritonStreamClient(StreamClient):
             text = "".join(str(t) for t in text)
         text = text or ""
         rec.output_chars += len(text)
+        if self.keep_text:
+            rec.answer += text
         return bool(text), False
 
     def finish(self, rec: RequestRecord) -> None:

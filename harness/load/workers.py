@@ -195,6 +195,7 @@ def worker_main(spec: WorkerSpec, index: int, conn, flag: StopFlag) -> None:
                                       Path(spec.tokenizer) if spec.tokenizer else None)
     client = CLIENTS[spec.protocol](spec.base_url, spec.model, api=profile.api,
                                     ignore_eos=profile.ignore_eos, timeout_s=profile.request_timeout_s)
+    client.keep_text = profile.sessions is not None
     fd = os.open(records_path(spec.out_dir, index), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         while not flag.is_set():

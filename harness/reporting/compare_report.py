@@ -35,15 +35,16 @@ def cost_table(s: CompareSummary, price: Price) -> Table:
              f"{s.stack} $ / M tok", "stack pays"], rows)
 
 
-def decision_extras(s: CompareSummary, engine: EngineSettings, model_path: Path | None, cost: Price | None
-                    ) -> tuple[list[str], list[Table], list[Table]]:
+def decision_extras(s: CompareSummary, engine: EngineSettings, model_path: Path | None, cost: Price | None,
+                    contexts: list[tuple[str, int]] = ()) -> tuple[list[str], list[Table], list[Table]]:
     """The compare report's cost (with a GPU price: a headline bullet and a decision table) and KV-cache
-    arithmetic (model_path: where the stack loads the model from; None for one that loads none: a detail table)."""
+    arithmetic (model_path: where the stack loads the model from; None for one that loads none: a detail table;
+    contexts: the workload's p50 and p99 contexts)."""
     from harness.reporting.kv_report import kv_tables
 
     bullets, tables = ([cost_bullet(s, cost)], [cost_table(s, cost)]) if cost else ([], [])
-    details = kv_tables([(label, engine, applied) for label, applied in s.applied.items()], model_path) \
-        if model_path is not None else []
+    details = kv_tables([(label, engine, applied) for label, applied in s.applied.items()], model_path,
+                        contexts) if model_path is not None else []
     return bullets, tables, details
 
 
@@ -51,11 +52,25 @@ def write_compare_report(s: CompareSummary, engine: EngineSettings | None, run_d
                          cost: Price | None) -> Path:
     """The compare's report into out_dir from its summary and run folder: what `compare` writes at its end and
     `render` writes again (and what a cluster's compare writes once its sides are unpacked)."""
+    from harness.analysis.lengths import contexts
     from harness.analysis.samples import ttft_samples
+    from harness.profile import LoadProfile
     from harness.reporting.report import write_report
+    from harness.reporting.workload_report import lengths_table, run_profile, turns_table
     from stacks.base import MODEL_DIR, get_stack
 
     loads = s.target == "local" and get_stack(s.stack).loads_model  # a cluster's model files are not here
     model = (s.model.path if s.model is not None and s.model.path else MODEL_DIR) if loads else None
-    bullets, extra, details = decision_extras(s, engine, model, cost) if engine is not None else ([], [], [])
+    bullets, extra, details = decision_extras(s, engine, model, cost, contexts(run_dir, s.measured_repeats)) \
+        if engine is not None else ([], [], [])
+    recorded = run_profile(run_dir)
+    try:
+        profile = LoadProfile.model_validate(recorded) if recorded else None
+    except ValueError:  # a run folder from an older layerbench: its profile had other fields
+        profile = None
+    shape = profile.shape_text() if profile else "as recorded"
+    lengths = lengths_table(run_dir, s.measured_repeats, shape) + turns_table(run_dir, s.measured_repeats)
+    varied = profile is not None and (profile.sessions is not None or not (isinstance(
+        profile.input_tokens, int) and isinstance(profile.output_tokens, int)))  # part of the decision then
+    extra, details = (extra + lengths, details) if varied else (extra, details + lengths)
     return write_report(s, out_dir, bullets, extra, details, ttfts=ttft_samples(run_dir, s.measured_repeats))

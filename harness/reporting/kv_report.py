@@ -23,10 +23,10 @@ def bandwidth() -> float | None:
     return v if v > 0 else None
 
 
-def kv_tables(sides: list[tuple[str, EngineSettings, AppliedConfig | None]], model_dir: Path = MODEL_DIR
-              ) -> list[Table]:
+def kv_tables(sides: list[tuple[str, EngineSettings, AppliedConfig | None]], model_dir: Path = MODEL_DIR,
+              contexts: list[tuple[str, int]] = ()) -> list[Table]:
     """sides: (who, engine settings, what its engine reported applying); sides with the same settings and log
-    share one table."""
+    share one table. contexts: the workload's own contexts, (what, tokens), each a row."""
     gpu = detect_gpu()
     unique: dict[str, list] = {}  # sides with the same settings and log -> one table naming them all
     for who, engine, applied in sides:
@@ -37,6 +37,6 @@ def kv_tables(sides: list[tuple[str, EngineSettings, AppliedConfig | None]], mod
         facts = kv_facts(model_dir, engine, applied, on_gpu=gpu is not None, bandwidth_gbs=bandwidth(), gpu_name=gpu)
         if facts is None:
             continue
-        title, caption, header, rows = kv_table(facts)
+        title, caption, header, rows = kv_table(facts, contexts)
         out.append((f"{title} ({', '.join(whos)})" if len(unique) > 1 else title, caption, header, rows))
     return out

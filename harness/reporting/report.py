@@ -184,7 +184,7 @@ def warnings(s: CompareSummary) -> list[str]:
 
 def reuse_warning(label: str, run, open_loop: bool) -> list[str]:
     """One line when the engine served prompt tokens from its prefix cache in a unique-prefix run."""
-    if not (found := reused(hit_rates(run))):
+    if run.shared_prefix or not (found := reused(hit_rates(run))):
         return []
     where = ", ".join(f"{share_pct(v)} at {level_text(c, open_loop)}" for c, v in sorted(found.items()))
     return [f"**unique prefix did not hold** ({label}): the engine served {where} of prompt tokens from its prefix "

@@ -115,10 +115,13 @@ def prefix_table(s: CompareSummary) -> list[Table]:
     b, st = side_names(s)
     rows = [[lv.level_text, *(share_pct(rates[label][lv.level]) if lv.level in rates[label] else "—"
                               for label in ("baseline", "stack"))] for lv in s.levels]
+    shared = any(r.shared_prefix for r in s.runs.values())
+    why = ("The profile's requests share prefixes in groups, so the cache has something to reuse; a layer that "
+           "routes by prefix shows a higher rate than its baseline." if shared else "Every prompt begins with a "
+           f"block of its own, so above {share_pct(UNIQUE_MAX)} the unique prefix did not hold (a chat template's "
+           "shared system prompt, or a layer rewriting prompts).")
     return [("Prefix cache (the engine's counters)", "Prompt tokens the engine served from its prefix cache, over "
-             "its windows at the level (vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total). Every "
-             f"prompt begins with a block of its own, so above {share_pct(UNIQUE_MAX)} the unique prefix did not "
-             "hold (a chat template's shared system prompt, or a layer rewriting prompts).",
+             f"its windows at the level (vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total). {why}",
              [_level_head(s), f"baseline ({b})", f"stack ({st})"], rows)]
 
 

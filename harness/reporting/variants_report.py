@@ -87,7 +87,8 @@ def heatmap(s: SweepSummary, out: Path) -> str | None:
     fig, ax = plt.subplots(figsize=(1.6 + 1.1 * len(levels), 1.2 + 0.6 * len(s.points)))
     im = ax.imshow(grid, cmap="RdBu", vmin=-span, vmax=span, aspect="auto")
     for (i, j), v in np.ndenumerate(grid):
-        ax.text(j, i, "—" if np.isnan(v) else f"{v:+.0f}%", ha="center", va="center", fontsize=9)
+        ax.text(j, i, "—" if np.isnan(v) else f"{v:+.0f}%", ha="center", va="center", fontsize=9,
+                color="white" if not np.isnan(v) and abs(v) > 0.6 * span else "black")  # readable on dark cells
     ax.set_xticks(range(len(levels)), levels)
     ax.set_yticks(range(len(s.points)), [p.value.replace("x", " / ") for p in s.points])
     ax.set(title=f"{s.stack} against bare vLLM: throughput delta", xlabel="level", ylabel="input / output tokens")

@@ -258,6 +258,7 @@ class RunSummary(BaseModel):
     scrape_policy: str = "interval"
     scrape_ms: Dist = Dist()  # how long the metric endpoints took to answer
     warmup_sweep: bool = False
+    shared_prefix: bool = False  # the requests share prefixes on purpose (`prefix` groups, or `sessions`' chats)
     # levels by their key (LevelStats.level): concurrencies, or offered rates (req/s) in an open loop
     client_saturated_levels: list[int | float] = []
     client_starved_levels: list[int | float] = []

@@ -199,7 +199,46 @@ def test_aa_compare_deploys_a_second_bare_vllm(tmp_path, write_profile):
     # 2 layers x 2 KV heads x 64 x 4 B (float32) x K and V = 2 KiB a token, 1 GiB of KV cache -> 524,288 tokens
     assert "KV cache: config.json arithmetic vs the engine's startup log" in md
     assert "The engine's startup log agrees with the arithmetic." in md and "| 524,288 | 524,288 |" in md
+    assert "Max concurrency at the workload's p99 context (64 tokens)" in md  # 48 prompt + 16 output tokens
+    sent: dict[str, list] = {}  # both sides sent byte-identical bodies, request for request
+    for r in read_jsonl(run / "requests.jsonl"):
+        if r["phase"] == "measure" and r.get("invocation", 0) == 0:
+            sent.setdefault(r["label"], []).append((r["repeat"], r["level"], r["index"], r["digest"]))
+    assert sorted(sent["baseline"]) == sorted(sent["stack"]) and len(sent["baseline"]) >= 40
     assert_gone([p for d in deps.values() for p in d["pids"]])
+
+
+def test_dataset_and_shared_prefix_workloads_on_real_vllm(tmp_path, write_profile):
+    """One engine, three workloads sent through the endpoint stack: prompts in shared-prefix groups reach vLLM's
+    prefix cache (its own counters), unique prefixes do not, and a dataset's prompts and answer lengths arrive as
+    the dataset has them (the engine's usage)."""
+    data = tmp_path / "d.jsonl"
+    data.write_text("\n".join(json.dumps({"prompt": f"question {i}: " + "why is the sky blue " * (2 + i),
+                                           "output_tokens": 4 + i}) for i in range(10)))
+    settings = DeploySettings(engine=EngineSettings(**ENGINE), log_dir=tmp_path / "logs")
+    stack = VllmStack(settings)
+
+    def run(name: str, **fields) -> tuple[dict, list[dict]]:
+        profile = tiny_profile(write_profile, concurrency=[4], min_duration_s=0, scrape="boundary",
+                               warmup_waves=0, warmup_sweep=False, **fields)
+        res = tmp_path / name
+        assert main(["run", "--stack", "endpoint", "--url", stack.endpoint().base_url, "--profile", str(profile),
+                     "--results-dir", str(res)]) == 0
+        folder = only_run(res)
+        summary = json.loads((folder / "summary.json").read_text())
+        return summary["levels"][0]["server"], [r for r in read_jsonl(folder / "requests.jsonl") if r["ok"]]
+
+    with stack:
+        stack.deploy()
+        stack.wait_ready(600)
+        shared, _ = run("shared", input_tokens=200, prefix={"groups": 2, "shared_tokens": 128})
+        unique, _ = run("unique", input_tokens=200)
+        _, recs = run("dataset", input_tokens="dataset", output_tokens="dataset", dataset=str(data))
+    rate = {k: v["prefix_cache_hits"] / v["prefix_cache_queries"] for k, v in (("shared", shared), ("unique", unique))}
+    assert rate["shared"] > 0.4 and rate["unique"] < 0.05, rate  # 128 of 200 tokens shared, in 16-token blocks
+    assert {r["output_tokens"] for r in recs} <= set(range(4, 14)) and len({r["output_tokens"] for r in recs}) >= 4
+    assert all(r["output_tokens"] == r["output_asked"] for r in recs)
+    assert all(abs(r["prompt_tokens"] - r["input_asked"]) <= 2 for r in recs)  # the tokenizer's count, confirmed
 
 
 def test_a_compare_serves_a_hub_model_by_repo_id_and_revision_on_both_sides(tmp_path, small_compare, monkeypatch):

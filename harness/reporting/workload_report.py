@@ -1,0 +1,58 @@
+"""Presentation only: what the run's requests looked like, sent and as the engine confirmed them (harness.analysis.
+lengths), as one report table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.analysis.lengths import by_turn, sent_and_confirmed
+from harness.reporting.document import Table
+from harness.reporting.format import fmt
+from harness.schemas import Dist
+
+
+def run_profile(run_dir: Path) -> dict:
+    """The profile the run recorded in run.json ({} when it cannot be read)."""
+    try:
+        meta = json.loads((run_dir / "run.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return meta.get("profile") or {} if isinstance(meta, dict) else {}
+
+
+def _q(d: Dist) -> str:
+    return "—" if not d.n else " / ".join(fmt(x, "{:.0f}") for x in (d.p50, d.p95, d.max))
+
+
+def lengths_table(run_dir: Path, keep: set | None, shape: str) -> list[Table]:
+    """Per side: the prompt and output lengths drawn for its measured requests against the engine's usage."""
+    got = sent_and_confirmed(run_dir, keep)
+    rows = []
+    for label, fields in got.items():
+        for name, (sent, confirmed) in fields.items():
+            off = "—" if not (sent.n and confirmed.n and sent.mean) else \
+                f"{100 * (confirmed.mean / sent.mean - 1):+.1f}%"  # type: ignore[operator]
+            rows.append([label, name, str(confirmed.n), _q(sent), _q(confirmed), fmt(sent.mean, "{:.1f}"),
+                         fmt(confirmed.mean, "{:.1f}"), off])
+    if not rows:
+        return []
+    return [(f"Request lengths, sent and confirmed ({shape})", "Sent: what the profile drew for each measured "
+             "request (its prompt's length by the served model's tokenizer, and its max_tokens). Confirmed: the "
+             "engine's own usage block (prompt_tokens, completion_tokens). Percentiles p50 / p95 / max in tokens; "
+             "the last column is the confirmed mean against the sent one (a chat template adds prompt tokens; a "
+             "layer that cuts answers short shows here).",
+             ["deployment", "length", "requests", "sent p50 / p95 / max", "confirmed p50 / p95 / max", "sent mean",
+              "confirmed mean", "confirmed vs sent"], rows)]
+
+
+def turns_table(run_dir: Path, keep: set | None) -> list[Table]:
+    """A multi-turn profile's TTFT by turn, per side: the context grows turn by turn, and so does the prefill."""
+    got = by_turn(run_dir, keep)
+    if not any(len(turns) > 1 for turns in got.values()):
+        return []
+    rows = [[label, str(t + 1), str(d.n), fmt(d.p50, "{:.1f}"), fmt(d.p95, "{:.1f}"), fmt(ctx.p50, "{:.0f}")]
+            for label, turns in got.items() for t, (d, ctx) in sorted(turns.items())]
+    return [("TTFT by turn", "Each turn of a chat sends the conversation so far, so its prompt (the engine's "
+             "prompt_tokens, p50 in the last column) grows turn by turn; the prefix cache holds the earlier turns.",
+             ["deployment", "turn", "requests", "TTFT p50 ms", "TTFT p95 ms", "prompt tokens p50"], rows)]
