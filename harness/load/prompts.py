@@ -140,10 +140,12 @@ class PromptGenerator:
         rest = n - self.count_tokens(head) - (self.groups.shared_tokens if self.groups else 0)
         return Request(f"{shared}{head} {self._cut(rest)}", out, n)  # type: ignore[misc]
 
-    def turn(self, level: float, chat: int, turn: int, history: str, phase: str = "measure") -> Request:
-        """Turn `turn` of chat `chat`: the conversation so far (`history`: every earlier prompt and answer), then a
-        new user message, drawn as the request (level, chat, phase) of turn `turn` would be."""
+    def turn(self, level: float, chat: int, turn: int, history: str, history_tokens: int,
+             phase: str = "measure") -> Request:
+        """Turn `turn` of chat `chat`: the conversation so far (`history`, of `history_tokens`: every earlier prompt
+        and answer, counted from the engine's usage rather than tokenized again on the send path), then a new user
+        message, drawn as the request (level, chat, phase) of turn `turn` would be."""
         new = self.request(level, chat * TURN_STRIDE + turn, phase)
         if not history:
             return new
-        return Request(f"{history}\n{new.text}", new.max_tokens, self.count_tokens(history + "\n") + new.input_tokens)
+        return Request(f"{history}\n{new.text}", new.max_tokens, history_tokens + 1 + new.input_tokens)

@@ -150,11 +150,11 @@ class Chat:
         assert gen.sessions is not None
         self.gen, self.turns, self.think_s = gen, gen.sessions.turns, gen.sessions.think_time_s
         self.chat, self.slots, self.base = slot, slots, repeat * 1_000_000
-        self.turn, self.history, self.req = 0, "", None
+        self.turn, self.history, self.tokens, self.req = 0, "", 0, None
 
     def next(self, rec: RequestRecord) -> Request:
         rec.turn = self.turn
-        self.req = self.gen.turn(rec.level, self.base + self.chat, self.turn, self.history, rec.phase)
+        self.req = self.gen.turn(rec.level, self.base + self.chat, self.turn, self.history, self.tokens, rec.phase)
         return self.req
 
     async def after(self, rec: RequestRecord) -> None:
@@ -162,6 +162,7 @@ class Chat:
         next one at once; otherwise the user thinks before the next turn."""
         if rec.ok and self.turn + 1 < self.turns and self.req is not None:
             self.turn, self.history = self.turn + 1, f"{self.req.text}{rec.answer}"
+            self.tokens = self.req.input_tokens + (rec.output_tokens or 0)
             rec.answer = ""
             if self.think_s:
                 await asyncio.sleep(self.think_s)

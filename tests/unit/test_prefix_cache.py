@@ -8,8 +8,8 @@ from types import SimpleNamespace
 from harness.analysis.prefix_cache import UNIQUE_MAX, hit_rates, reused
 
 
-def _run(*windows: tuple[int, float | None, float | None]) -> SimpleNamespace:
-    return SimpleNamespace(levels=[SimpleNamespace(stats=SimpleNamespace(level=c),
+def _run(*windows: tuple[int, float | None, float | None], shared: bool = False) -> SimpleNamespace:
+    return SimpleNamespace(shared_prefix=shared, levels=[SimpleNamespace(stats=SimpleNamespace(level=c),
                                                    server=SimpleNamespace(prefix_cache_hits=h, prefix_cache_queries=q))
                                    for c, h, q in windows])
 
@@ -37,3 +37,15 @@ def test_the_compare_report_shows_both_sides_and_warns_only_above_the_bound(tmp_
     assert reuse_warning("baseline", s.runs["baseline"], False) == []
     (line,) = reuse_warning("stack", s.runs["stack"], False)
     assert "unique prefix did not hold" in line and "18% at c=16" in line
+
+
+def test_a_profile_that_shares_prefixes_on_purpose_is_not_warned():
+    from harness.reporting.report import reuse_warning
+    from harness.reporting.report_tables import prefix_table
+
+    run = _run((16, 900.0, 1000.0), shared=True)
+    s = SimpleNamespace(runs={"baseline": run, "stack": run}, levels=[SimpleNamespace(level=16, level_text="c=16")],
+                        open_loop=False, stack="x", baseline_stack="vllm", shape=None, is_aa=False)
+    assert reuse_warning("stack", run, False) == []
+    (_, caption, _, rows), = prefix_table(s)
+    assert rows == [["c=16", "90%", "90%"]] and "share prefixes in groups" in caption
