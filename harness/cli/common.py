@@ -175,7 +175,8 @@ def check_workload(profile: LoadProfile, tokenizer: Path) -> None:
     from harness.load.prompts import PromptGenerator
 
     gen = PromptGenerator.for_profile("check", "", profile, tokenizer if tokenizer.exists() else None)
-    d = load_dataset(profile.dataset, gen.count_tokens, profile.engine.max_model_len, gen.longest_output())
+    d = load_dataset(profile.dataset, gen.count_tokens, profile.engine.max_model_len, gen.longest_output(),
+                     str(tokenizer) if tokenizer.exists() else "chars")
     console.print(f"dataset {profile.dataset}: {len(d.entries):,} requests ({d.layout})"
                   + (f"; {d.skipped:,} longer than max_model_len {profile.engine.max_model_len} skipped"
                      if d.skipped else "")

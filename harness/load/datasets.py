@@ -34,16 +34,18 @@ class Dataset:
     malformed: int  # conversations without a human turn and an answer, lines without a prompt
 
 
-_CACHE: dict[tuple[str, float, int | None, int | None], Dataset] = {}
+_CACHE: dict[tuple[str, float, int | None, int | None, str], Dataset] = {}
 
 
 def load_dataset(path: str, count: Callable[[str], int], max_len: int | None = None,
-                 out_max: int | None = None) -> Dataset:
-    """The file's requests (cached per file and bounds). out_max: the profile's own longest output, when it does
-    not take the dataset's; None: each entry's own output length counts against max_model_len."""
+                 out_max: int | None = None, counter: str = "") -> Dataset:
+    """The file's requests (cached per file, bounds and `counter`, which names the tokenizer behind `count`; a
+    prompt is counted as it follows the request's own block, after a space). out_max: the profile's own longest
+    output, when it does not take the dataset's; None: each entry's own output length counts against
+    max_model_len."""
     p = Path(path)
     try:
-        key = (str(p.resolve()), p.stat().st_mtime, max_len, out_max)
+        key = (str(p.resolve()), p.stat().st_mtime, max_len, out_max, counter)
     except OSError as e:
         raise LayerbenchError(f"dataset {path}: not found or not readable ({e.strerror or e})") from None
     if key in _CACHE:
@@ -60,7 +62,7 @@ def load_dataset(path: str, count: Callable[[str], int], max_len: int | None = N
                               f"({_LAYOUTS})")
     entries, skipped = [], 0
     for prompt, out in pairs:
-        e = Entry(prompt, count(prompt), out if isinstance(out, int) else max(2, count(out)))
+        e = Entry(prompt, count(" " + prompt), out if isinstance(out, int) else max(2, count(out)))
         if max_len is not None and e.prompt_tokens + 16 + (out_max or e.output_tokens) > max_len:
             skipped += 1
             continue

@@ -55,7 +55,8 @@ class PromptGenerator:
             from tokenizers import Tokenizer
 
             self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
-        self._entries: list[Entry] = load_dataset(dataset, self.count_tokens, max_len, self.longest_output()).entries \
+        self._entries: list[Entry] = load_dataset(dataset, self.count_tokens, max_len, self.longest_output(),
+                                                  str(tokenizer_path) if self._tokenizer else "chars").entries \
             if dataset else []
         # the default (a fixed length, no groups, no dataset) keeps its exactly fitted filler
         self._fixed = self._fit_filler() if isinstance(input_tokens, int) and prefix is None else None
@@ -134,7 +135,7 @@ class PromptGenerator:
             shared = f"{lead} {self._cut(self.groups.shared_tokens - self.count_tokens(lead))} "  # type: ignore[misc]
         if entry is not None:
             text = f"{shared}{head} {entry.prompt}"
-            return Request(text, out, entry.prompt_tokens + self.count_tokens(f"{shared}{head} "))
+            return Request(text, out, entry.prompt_tokens + self.count_tokens(f"{shared}{head}"))
         floor = 17 + (self.groups.shared_tokens if self.groups else 0)
         n = draw(self.input_tokens, unit(*key, "in"), floor)
         rest = n - self.count_tokens(head) - (self.groups.shared_tokens if self.groups else 0)

@@ -19,6 +19,7 @@ from pathlib import Path
 from harness.childproc import StopFlag, child_signals, start_child, stop_child
 from harness.schemas import ProcessCores
 
+READY_S = 30.0  # how long a sweep waits for the core sampler to start
 SAMPLE_S = 1.0  # a Ray deployment has hundreds of threads: keep the sampler's own CPU small (it is reported)
 
 
@@ -60,14 +61,17 @@ def _thread_stats(pid: int) -> dict[int, tuple[int, int]]:
     return out
 
 
-def _sample_loop(roots: list[int], out_path: str, stop: StopFlag) -> None:
+def _sample_loop(roots: list[int], out_path: str, stop: StopFlag, ready) -> None:
     child_signals(stop)
+    ready.value = 1
     counts: dict[int, dict[int, int]] = {}
     samples: dict[int, int] = {}
     allowed: dict[int, list[int]] = {}
     last: dict[int, int] = {}
     t0 = time.monotonic()
-    while not stop.wait(SAMPLE_S):
+    first = True
+    while first or not stop.wait(SAMPLE_S):  # one sample at least, however soon it is stopped
+        first = False
         pids = set(roots)
         for r in roots:
             pids |= _children(r)
@@ -102,11 +106,17 @@ class CoreSampler:
         ctx = mp.get_context("spawn")
         self.out_path = out_path
         self._stop = StopFlag(ctx)
+        self._ready = ctx.RawValue("b", 0)
         self._proc = ctx.Process(target=_sample_loop, name="layerbench-cores", daemon=True,
-                                 args=(roots, str(out_path), self._stop))
+                                 args=(roots, str(out_path), self._stop, self._ready))
 
     def __enter__(self) -> CoreSampler:
+        """Started and sampling before the sweep goes on: a spawned child still importing on a busy 2-core host
+        was stopped by a short sweep before its first sample, and the run had no cores to report."""
         start_child(self._proc)
+        end = time.monotonic() + READY_S
+        while not self._ready.value and self._proc.is_alive() and time.monotonic() < end:
+            time.sleep(0.02)
         return self
 
     def __exit__(self, *exc) -> None:

@@ -200,11 +200,17 @@ def test_aa_compare_deploys_a_second_bare_vllm(tmp_path, write_profile):
     assert "KV cache: config.json arithmetic vs the engine's startup log" in md
     assert "The engine's startup log agrees with the arithmetic." in md and "| 524,288 | 524,288 |" in md
     assert "Max concurrency at the workload's p99 context (64 tokens)" in md  # 48 prompt + 16 output tokens
-    sent: dict[str, list] = {}  # both sides sent byte-identical bodies, request for request
+    # both sides sent byte-identical bodies, request for request (a window kept sending until min_duration_s, so
+    # one side's window may hold more requests: the shorter one is the other's beginning)
+    sent: dict[tuple, dict[str, list]] = {}
     for r in read_jsonl(run / "requests.jsonl"):
-        if r["phase"] == "measure" and r.get("invocation", 0) == 0:
-            sent.setdefault(r["label"], []).append((r["repeat"], r["level"], r["index"], r["digest"]))
-    assert sorted(sent["baseline"]) == sorted(sent["stack"]) and len(sent["baseline"]) >= 40
+        if r["phase"] == "measure":
+            sent.setdefault((r["repeat"], r["level"]), {}).setdefault(r["label"], []).append((r["index"], r["digest"]))
+    assert len(sent) == 2
+    for sides in sent.values():
+        b, st = sorted(sides["baseline"]), sorted(sides["stack"])
+        n = min(len(b), len(st))
+        assert n >= 20 and b[:n] == st[:n]
     assert_gone([p for d in deps.values() for p in d["pids"]])
 
 
@@ -238,7 +244,8 @@ def test_dataset_and_shared_prefix_workloads_on_real_vllm(tmp_path, write_profil
     assert rate["shared"] > 0.4 and rate["unique"] < 0.05, rate  # 128 of 200 tokens shared, in 16-token blocks
     assert {r["output_tokens"] for r in recs} <= set(range(4, 14)) and len({r["output_tokens"] for r in recs}) >= 4
     assert all(r["output_tokens"] == r["output_asked"] for r in recs)
-    assert all(abs(r["prompt_tokens"] - r["input_asked"]) <= 2 for r in recs)  # the tokenizer's count, confirmed
+    # the endpoint stack knows no tokenizer: lengths are sized at ~4 characters a token, and usage says the truth
+    assert all(abs(r["prompt_tokens"] - r["input_asked"]) <= 0.2 * r["input_asked"] for r in recs)
 
 
 def test_a_compare_serves_a_hub_model_by_repo_id_and_revision_on_both_sides(tmp_path, small_compare, monkeypatch):
