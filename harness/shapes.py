@@ -36,8 +36,6 @@ def shape_name(shape: tuple[int, int]) -> str:
 def plan_shapes(spec: str, stack_cls: type[Stack], settings: DeploySettings, profile: LoadProfile):
     """(values, [(label, deployment)], {label: its profile}, [(value, baseline label, stack label)]): every shape
     checked against max_model_len before anything is deployed; the engine settings are the profile's for all."""
-    from harness.variants import Point
-
     values, targets, profiles, points = [], [], {}, []
     for shape in parse_shapes(spec):
         name = shape_name(shape)
@@ -54,7 +52,7 @@ def plan_shapes(spec: str, stack_cls: type[Stack], settings: DeploySettings, pro
         targets += [(b, base), (s, stack)]
         profiles[b] = profiles[s] = shaped
         values.append(name)
-        points.append(Point(value=name, baseline_label=b, stack_label=s))
+        points.append((name, b, s))
     return values, targets, profiles, points
 
 

@@ -83,7 +83,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from harness.reporting.variants_report import write
     from harness.session import baseline_then_stack, place
-    from harness.variants import SweepSummary, plan, settle
+    from harness.variants import Point, SweepSummary, plan, settle
     from stacks.base import get_stack
 
     _local_only(args, "sweep")
@@ -100,7 +100,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         from harness.shapes import plan_shapes
 
         kind, key = "shape", "shape"
-        values, targets, profiles, points = plan_shapes(args.shapes, get_stack(args.stack), settings, profile)
+        values, targets, profiles, labels = plan_shapes(args.shapes, get_stack(args.stack), settings, profile)
+        points = [Point(value=v, baseline_label=b, stack_label=s) for v, b, s in labels]
     else:
         kind = "setting" if args.setting else "option"
         key, values, targets, points = plan(kind, args.setting or args.option, get_stack(args.stack), settings)

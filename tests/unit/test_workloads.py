@@ -217,3 +217,21 @@ def test_sessions_are_refused_where_they_cannot_run(write_profile, tmp_path, cap
         profile = write_profile(**fields)
         assert main(["run", "--stack", "sim", "--profile", str(profile), "--results-dir", str(tmp_path / "r")]) == 2
         assert message in " ".join(capsys.readouterr().err.split()) and not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow  # a run against the reference engine
+def test_a_dataset_run_sends_the_datasets_prompts_and_answer_lengths(tmp_path, write_profile):
+    data = tmp_path / "d.json"
+    sharegpt(data, n=8)
+    profile = write_profile(concurrency=[2], requests=24, requests_per_concurrency=0, input_tokens="dataset",
+                            output_tokens="dataset", dataset=str(data), warmup_sweep=False, warmup_waves=0)
+    res = tmp_path / "res"
+    assert main(["run", "--stack", "sim", "--opt", "ttft_ms=2", "--opt", "itl_ms=1", "--profile", str(profile),
+                 "--results-dir", str(res)]) == 0
+    recs = [json.loads(x) for x in (next(res.iterdir()) / "requests.jsonl").read_text().splitlines()]
+    recs = [r for r in recs if r["phase"] == "measure"]
+    assert len(recs) == 24 and all(r["ok"] for r in recs)
+    # each answer's length as the served model's tokenizer counts the dataset's answer (4 to 18 words here)
+    assert len({r["output_tokens"] for r in recs}) >= 4 and all(2 <= r["output_tokens"] <= 100 for r in recs)
+    assert all(r["input_asked"] > 30 for r in recs)  # a dataset prompt of 30+ words after the request's block
+    assert all(r["output_tokens"] == r["output_asked"] for r in recs)  # the engine streamed what was asked
