@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.analysis.samples import measured
+from harness.analysis.samples import measured, ttft_of
 from harness.schemas import Dist
 
 FIELDS = (("prompt tokens", "input_asked", "prompt_tokens"), ("output tokens", "output_asked", "output_tokens"))
@@ -44,14 +44,11 @@ def contexts(run_dir: Path, keep: set[tuple[str, float, int]] | None = None) -> 
 
 def by_turn(run_dir: Path, keep: set[tuple[str, float, int]] | None = None) -> dict[str, dict[int, tuple[Dist, Dist]]]:
     """label -> a chat's turn -> (TTFT ms, the engine's prompt_tokens) over its measured requests."""
-    from harness.analysis.stats import from_schedule
-
     ttft: dict[str, dict[int, tuple[list[float], list[int]]]] = {}
     for (label, _, _), recs in measured(run_dir, keep).items():
         for r in recs:
             t = ttft.setdefault(label, {}).setdefault(r.turn, ([], []))
-            ms = from_schedule(r).ttft_ms if r.t_task_ns else r.ttft_ms
-            if ms is not None:
+            if (ms := ttft_of(r)) is not None:
                 t[0].append(ms)
             if r.prompt_tokens is not None:
                 t[1].append(r.prompt_tokens)

@@ -19,9 +19,16 @@ def ttft_samples(run_dir: Path, keep: set[tuple[str, float, int]] | None = None)
     is from every other figure; None keeps all."""
     out: dict[str, dict[float, list[float]]] = {}
     for (label, level, _), recs in measured(run_dir, keep).items():
-        out.setdefault(label, {}).setdefault(level, []).extend(
-            float(from_schedule(r).ttft_ms if r.t_task_ns else r.ttft_ms) for r in recs if r.ttft_ms is not None)
+        out.setdefault(label, {}).setdefault(level, []).extend(t for r in recs if (t := ttft_of(r)) is not None)
     return out
+
+
+def ttft_of(r: RequestRecord) -> float | None:
+    """A request's TTFT in ms as every figure counts it: from its scheduled send time in an open loop (only its
+    records carry t_task_ns), from its send otherwise."""
+    if r.ttft_ms is None:
+        return None
+    return float(from_schedule(r).ttft_ms if r.t_task_ns else r.ttft_ms)
 
 
 def measured(run_dir: Path, keep: set[tuple[str, float, int]] | None = None
