@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from harness.load import eventloop
 from harness.load.client import StreamClient
 from harness.load.prompts import PromptGenerator
 from harness.load.runner import drive
@@ -143,7 +144,7 @@ def run_soak(duration_s: float, concurrency: int, results: Path, out_dir: Path,
                                             daemon=True)
                 injector.start()
                 try:
-                    sent, recorded, abort = asyncio.run(_load(client, gen, concurrency, duration_s, writer, counts,
+                    sent, recorded, abort = eventloop.run(_load(client, gen, concurrency, duration_s, writer, counts,
                                                               memory, progress, task))
                 finally:
                     stop.set()

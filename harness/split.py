@@ -8,6 +8,7 @@ the busiest process's, with every process's own kept in LevelSummary.workers."""
 from __future__ import annotations
 
 from harness.analysis.shards import worst_health
+from harness.load import eventloop
 from harness.load.barrier import Shard
 from harness.load.levels import Driver
 from harness.load.placement import client_cores
@@ -28,7 +29,8 @@ class Split:
         self.last: tuple[float, float] | None = None  # (level, events/s) of this side's last measured level
         why = auto_note(self.cores, host, pinned) if setting == "auto" else f"client_procs {setting}, as set"
         if writer is not None:  # None: the harness benchmark's own levels
-            writer.write_meta(client_procs={"setting": setting, "cores": self.cores, "why": why})
+            writer.write_meta(client_procs={"setting": setting, "cores": self.cores, "why": why},
+                              client_loop=eventloop.name())
 
     @property
     def open_loop(self) -> bool:

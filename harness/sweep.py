@@ -4,7 +4,6 @@ where every process ran, and writing requests, scrapes and the growing summary t
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 
@@ -22,6 +21,7 @@ from harness.analysis.calibrate import levels_held
 from harness.analysis.server_metrics import summarise
 from harness.analysis.stats import level_stats
 from harness.errors import LayerbenchError
+from harness.load import eventloop
 from harness.load.barrier import Shard
 from harness.load.client import RequestRecord
 from harness.load.gpu_telemetry import GpuSampler, telemetry_note
@@ -156,7 +156,7 @@ class SweepRun:
             self.where, self.current = f"the warmup sweep, {level_text(c, self.profile.open_loop)}", c
             if self.shard is not None:
                 self.shard.sync(f"warmup {c}")
-            why = asyncio.run(self.driver.warm(c, self.on_record))
+            why = eventloop.run(self.driver.warm(c, self.on_record))
             if why:
                 s.stopped = f"warmup sweep at {level_text(c, self.profile.open_loop)}: {why}"
                 save(self.writer, s)
@@ -204,7 +204,7 @@ class SweepRun:
             split.open()  # every client process opens its window now
 
         self.scraper.level = c
-        run = asyncio.run(self.driver.measure(c, rep, self.on_record, advance, self.stack.process_cpu, opened))
+        run = eventloop.run(self.driver.measure(c, rep, self.on_record, advance, self.stack.process_cpu, opened))
         run = split.end(run, self.on_worker_record, opened=window[0] > 0)
         closed = time.monotonic()
         if not run.aborted:

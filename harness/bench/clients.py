@@ -23,6 +23,7 @@ import psutil
 
 from harness.bench.floor import floor_level
 from harness.errors import LayerbenchError
+from harness.load import eventloop
 from harness.load.prompts import PromptGenerator
 from harness.load.protocols import CLIENTS as PROTOCOLS
 from harness.load.runner import run_level
@@ -78,7 +79,7 @@ def run_layerbench(url: str, c: int, n: int, tokens: int, protocol: str = "opena
     client = PROTOCOLS[protocol](url, "tiny", max_tokens=tokens, timeout_s=120)
     gen = PromptGenerator(new_run_id("bench"), "bench", 32)
     cpu0 = own_cpu_s()
-    run = asyncio.run(run_level(client, gen, c, n, on_measure_start=lambda: reset(url)))
+    run = eventloop.run(run_level(client, gen, c, n, on_measure_start=lambda: reset(url)))
     cpu = own_cpu_s() - cpu0
     ok = [r for r in run.records if r["ok"]]
     if len(ok) != len(run.records):

@@ -8,7 +8,6 @@ for the window's own mix (harness/analysis/emulation.py). CPU: the worker's and 
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from harness.analysis.emulation import ENGINE_CORE, TOLERANCE, WORKER, configure
 from harness.analysis.server_metrics import summarise
 from harness.bench.figures import Verdict
 from harness.bench.section import Context, SectionResult
+from harness.load import eventloop
 from harness.load.client import StreamClient
 from harness.load.prompts import PromptGenerator
 from harness.load.runner import run_level
@@ -36,7 +36,7 @@ def _window(stack: Stack, profile: LoadProfile, client: StreamClient, gen: Promp
     scraper = Scraper(stack.metric_endpoints(), 2.0, tmp / "scrapes.jsonl", policy="boundary")
     with scraper:
         scraper.level = c
-        run = asyncio.run(run_level(client, gen, c, profile.requests_for(c), warmup_waves=1,
+        run = eventloop.run(run_level(client, gen, c, profile.requests_for(c), warmup_waves=1,
                                     min_duration_s=profile.min_duration_s, process_cpu=stack.process_cpu,
                                     on_measure_start=lambda: scraper.mark(c, "start")))
         scraper.mark(c, "end")

@@ -12,7 +12,6 @@ compare reports for the policy they used."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import tempfile
 import time
@@ -24,7 +23,7 @@ from rich.progress import Progress
 from harness.analysis.stats import level_stats
 from harness.bench.figures import Verdict
 from harness.bench.section import Context, SectionResult
-from harness.load import placement
+from harness.load import eventloop, placement
 from harness.load.client import RequestRecord, StreamClient
 from harness.load.prompts import PromptGenerator
 from harness.load.runner import run_level
@@ -53,7 +52,7 @@ def _window(stack, profile, client: StreamClient, gen: PromptGenerator, cond: st
     try:
         with scraper:
             scraper.level = c
-            run = asyncio.run(run_level(client, gen, c, max(WINDOW_REQUESTS, WINDOW_PER_SLOT * c), repeat=rnd,
+            run = eventloop.run(run_level(client, gen, c, max(WINDOW_REQUESTS, WINDOW_PER_SLOT * c), repeat=rnd,
                                         warmup_waves=profile.warmup_waves, min_duration_s=WINDOW_MIN_S,
                                         on_measure_start=lambda: scraper.mark(c, "start")))
             scraper.mark(c, "end")

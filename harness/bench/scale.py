@@ -15,7 +15,6 @@ Each figure is the median over rounds with its range."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from harness.bench.figures import Figure, Invalid, Spread, Verdict, at_least, at
 from harness.bench.render import markdown_table, spread
 from harness.bench.section import Context, SectionResult
 from harness.errors import LayerbenchError
+from harness.load import eventloop
 from harness.load.client import RequestRecord, StreamClient
 from harness.load.levels import Driver
 from harness.load.openloop import run_rate_level
@@ -46,25 +46,32 @@ ROUNDS = 3
 ENGINE_PROCESSES = max(2, min(8, (os.cpu_count() or 2) // 2))
 
 
-def _workers_cpu_s(split: Split) -> float:
-    total = 0.0
+def _usage(split: Split) -> tuple[float, int]:
+    """(CPU seconds, wake-ups) of every client process: this one and the split's workers. A wake-up is a voluntary
+    context switch of the process's main thread, where its event loop runs: the loop slept in epoll and an event
+    woke it."""
+    cpu, wakes = own_cpu_s(), psutil.Process().num_ctx_switches().voluntary
     for pid in split.pool.pids if split.pool else []:
         try:
-            t = psutil.Process(pid).cpu_times()
-            total += t.user + t.system
+            p = psutil.Process(pid)
+            t = p.cpu_times()
+            cpu += t.user + t.system
+            wakes += p.num_ctx_switches().voluntary
         except psutil.Error:
             pass
-    return total
+    return cpu, wakes
 
 
-def run_procs(url: str, procs: int, n: int, tmp: Path) -> tuple[float, int, float]:
-    """(client CPU seconds of every process, events, window seconds) of one closed-loop level in `procs`."""
-    cpu, run = _level_in(url, procs, n, tmp)
-    return cpu, sum(len(r["event_ms"]) for r in run.records), run.window_s
+def run_procs(url: str, procs: int, n: int, tmp: Path) -> tuple[float, int, float, int]:
+    """(client CPU seconds of every process, events, window seconds, wake-ups) of one closed-loop level in
+    `procs`."""
+    cpu, wakes, run = _level_in(url, procs, n, tmp)
+    return cpu, sum(len(r["event_ms"]) for r in run.records), run.window_s, wakes
 
 
 def _level_in(url: str, procs: int, n: int, tmp: Path, on_open=None):
-    """One closed-loop level of layerbench's client split over `procs` processes: (their CPU seconds, the run)."""
+    """One closed-loop level of layerbench's client split over `procs` processes: (their CPU seconds, their
+    wake-ups, the run)."""
     profile = LoadProfile(name="bench-scale", concurrency=[CONCURRENCY], requests=n, requests_per_concurrency=0,
                           output_tokens=TOKENS, input_tokens=32, warmup_waves=1, client_procs=procs, ignore_eos=True)
     run_id = new_run_id("bench")
@@ -73,19 +80,20 @@ def _level_in(url: str, procs: int, n: int, tmp: Path, on_open=None):
     spec = WorkerSpec(url, "tiny", "openai", profile.model_dump(mode="json"), run_id, run_id, "bench", None, str(tmp))
     with Split(spec, procs, driver, None) as split:
         split.begin(CONCURRENCY, 0)  # the workers are up and imported once they meet here
-        cpu0 = own_cpu_s() + _workers_cpu_s(split)
+        cpu0, wakes0 = _usage(split)
+
         def opened() -> None:
             if on_open is not None:
                 on_open()  # before any process's window opens (the engine's statistics reset)
             split.open()
 
-        run = asyncio.run(driver.measure(CONCURRENCY, 0, lambda r: None, lambda r: None, None, opened))
+        run = eventloop.run(driver.measure(CONCURRENCY, 0, lambda r: None, lambda r: None, None, opened))
         run = split.end(run, lambda d: None, opened=True)
-        cpu = own_cpu_s() + _workers_cpu_s(split) - cpu0
+        cpu1, wakes1 = _usage(split)
     bad = [r for r in run.records if not r["ok"]]
     if bad or run.sent != len(run.records):
         raise LayerbenchError(f"scale: {len(bad)} failed, {run.sent} sent against {len(run.records)} recorded")
-    return cpu, run
+    return cpu1 - cpu0, wakes1 - wakes0, run
 
 
 def measure_accuracy(ctx: Context, rounds: int) -> dict[str, list[float]]:
@@ -102,7 +110,7 @@ def measure_accuracy(ctx: Context, rounds: int) -> dict[str, list[float]]:
                 if name == "floor":
                     runs[name] = RUNNERS["floor"](url, CONCURRENCY, n, TOKENS)
                 else:
-                    _, run = _level_in(url, 2, n, ctx.tmp, on_open=lambda: reset(url))
+                    _, _, run = _level_in(url, 2, n, ctx.tmp, on_open=lambda: reset(url))
                     ok = [r for r in run.records if r["ok"]]
                     runs[name] = ClientRun("layerbench, 2 processes", CONCURRENCY, [r["ttft_ms"] for r in ok], [], [],
                                            0, run.window_s, stats(url), 0.0,
@@ -114,17 +122,18 @@ def measure_accuracy(ctx: Context, rounds: int) -> dict[str, list[float]]:
     return out
 
 
-def _runner(name: str, url: str, n: int, tmp: Path) -> tuple[float, int, float]:
+def _runner(name: str, url: str, n: int, tmp: Path) -> tuple[float, int, float, int | None]:
     if name in OTHERS:
         run = RUNNERS[name](url, CONCURRENCY, n, TOKENS)
-        return run.cpu_s, run.events, run.wall_s
+        return run.cpu_s, run.events, run.wall_s, None
     return run_procs(url, int(name), n, tmp)
 
 
 def measure_procs(ctx: Context, rounds: int) -> dict[str, dict[str, list[float]]]:
     """Per client (1 and 2 layerbench processes, the floor, `vllm bench serve`), in rotated order each round."""
     names = tuple(str(p) for p in PROCS) + OTHERS
-    out: dict[str, dict[str, list[float]]] = {name: {"us_per_event": [], "events_per_s": []} for name in names}
+    out = {name: {"us_per_event": [], "events_per_s": [], "events_per_wake": [], "us_per_wake": []}
+           for name in names}
     task = ctx.progress.add_task("scale: client processes", total=rounds * len(names) * len(SIZES))
     with sim_stack(ctx.tmp, ttft_ms=TTFT_MS, itl_ms=ITL_MS, processes=ENGINE_PROCESSES) as sim:
         url = sim.endpoint().base_url
@@ -133,11 +142,14 @@ def measure_procs(ctx: Context, rounds: int) -> dict[str, dict[str, list[float]]
                 try:
                     got = {n: _runner(name, url, n, ctx.tmp) for n in SIZES}
                 except LayerbenchError:  # `vllm bench serve` without the engine environment
-                    got = {n: (0.0, 0, 0.0) for n in SIZES}
+                    got = {n: (0.0, 0, 0.0, None) for n in SIZES}
                 ctx.progress.advance(task, len(SIZES))
-                (c1, e1, _), (c2, e2, w2) = got[SIZES[0]], got[SIZES[1]]
+                (c1, e1, _, w1), (c2, e2, t2, w2) = got[SIZES[0]], got[SIZES[1]]
                 out[name]["us_per_event"].append((c2 - c1) / (e2 - e1) * 1e6 if e2 > e1 else float("nan"))
-                out[name]["events_per_s"].append(e2 / w2 if w2 else float("nan"))
+                out[name]["events_per_s"].append(e2 / t2 if t2 else float("nan"))
+                if w1 is not None and w2 is not None and w2 > w1:
+                    out[name]["events_per_wake"].append((e2 - e1) / (w2 - w1))
+                    out[name]["us_per_wake"].append((c2 - c1) / (w2 - w1) * 1e6)
     return out
 
 
@@ -150,8 +162,8 @@ def measure_pacing(ctx: Context, rounds: int) -> dict[str, dict[str, list[float]
         for k in range(rounds):
             for rate in RATES:
                 n = int(rate * PACING_S)
-                run = asyncio.run(run_rate_level(client, PromptGenerator(new_run_id("pace"), "pace", 16), rate, n,
-                                                 seed=k, repeat=k))
+                run = eventloop.run(run_rate_level(client, PromptGenerator(new_run_id("pace"), "pace", 16), rate, n,
+                                                   seed=k, repeat=k))
                 recs = [RequestRecord.from_json(r) for r in run.records]
                 delays = sorted(r.dispatch_delay_ms for r in recs)
                 span = (max(r.t_task_ns for r in recs) - min(r.t_due_ns for r in recs)) / 1e9
@@ -186,9 +198,16 @@ def section(ctx: Context) -> SectionResult:
           f"the reference engine in {ENGINE_PROCESSES} processes)", "",
           f"{ROUNDS} rounds. CPU per event counts every client process, by the difference of {SIZES[0]} and "
           f"{SIZES[1]} requests; events/s is the {SIZES[1]}-request window's. *Median (min…max over rounds).*", "",
-          markdown_table(["client", "CPU µs per event", "events/s"],
+          markdown_table(["client", "CPU µs per event", "events/s", "events per wake-up", "CPU µs per wake-up"],
                          [[f"layerbench, {p} process(es)" if p not in OTHERS else p, _cell(cost[p], "{:.1f}"),
-                           _cell(rate[p], "{:,.0f}")] for p in procs]), "",
+                           _cell(rate[p], "{:,.0f}"), _wakes(v["events_per_wake"], "{:.2f}"),
+                           _wakes(v["us_per_wake"], "{:.1f}")] for p, v in procs.items()]), "",
+          "A wake-up is a voluntary context switch of a client process's event-loop thread: it slept in epoll "
+          "until a read was ready. When the CPU per wake-up stays the same across processes and the events per "
+          "wake-up fall, what a split adds per event is wake-ups, not work: each process wakes for its own share "
+          "of the streams, and on a host where the client shares the deployment's cores each wake-up comes with "
+          "its fixed cost (the syscalls and, on a shared virtual machine, a cold cache after the deployment ran).",
+          "",
           f"TTFT accuracy in 2 processes at c={CONCURRENCY} ({12 * CONCURRENCY} requests, a one-process engine "
           "whose log holds every send): first-event delivery (client arrival minus the engine's send) minus the "
           f"floor's in the same round: p50 {spread(excess['p50_ms'], '{:+.2f} ms'.format, 'median')}, p99 "
@@ -203,6 +222,10 @@ def section(ctx: Context) -> SectionResult:
     return SectionResult("scale", md, {"processes": procs, "accuracy_2_processes": accuracy, "pacing": pacing,
                                        "engine_processes": ENGINE_PROCESSES},
                          verdicts)
+
+
+def _wakes(values: list[float], fmt: str) -> str:
+    return spread(Spread.of(values), fmt.format, "median") if values else "—"
 
 
 def _cell(fig: Figure, fmt: str) -> str:

@@ -1,9 +1,10 @@
 """Streaming client for OpenAI `/v1/completions` and `/v1/chat/completions` (SSE).
 
-The hot path is raw asyncio streams on purpose: on this machine an httpx streaming client over-reported
-TTFT by +40 ms p50 (4 s p99) at c=64 and aiohttp (`vllm bench serve`) by +37 ms, while raw streams stayed
-within ~1.5 ms of the truth (shared notes, "The load client itself"). Per read we do one perf_counter_ns,
-chunked decoding and SSE splitting; JSON is parsed once per event. httpx is used for control calls only.
+The hot path is an asyncio protocol on a raw socket on purpose (harness/load/http1.py): on the 2-core CPU host
+an httpx streaming client over-reported TTFT by +40 ms p50 (4 s p99) at c=64 and aiohttp (`vllm bench serve`) by
++37 ms, while raw sockets stay within a fraction of a millisecond of the reference engine's own send times
+(`make bench-harness`). Per read there is one perf_counter_ns, chunked decoding and SSE splitting; JSON is parsed
+once per event. httpx is used for control calls only.
 
 Each closed-loop slot owns one keep-alive `Connection`, so no pool lock sits on the hot path.
 """
@@ -18,7 +19,8 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from harness.load.sse import ChunkedDecoder, SSEParser
+from harness.load.fastjson import loads
+from harness.load.http1 import Connection, Response, StreamProtocolError
 
 if sys.version_info >= (3, 11):
     from asyncio import timeout
@@ -26,7 +28,6 @@ else:  # Python 3.10 (Ubuntu 22.04's): the backport asyncio.timeout came from, r
     from async_timeout import timeout
 TIMEOUTS = (TimeoutError, asyncio.TimeoutError)  # one class from 3.11 on
 
-READ_SIZE = 1 << 16
 CONNECT_TIMEOUT_S = 10.0
 
 
@@ -79,30 +80,6 @@ class RequestRecord:
         d["event_ms"] = [round(x, 3) for x in self.event_ms]
         d["dispatch_delay_ms"] = round(self.dispatch_delay_ms, 4)
         return d
-
-
-class Connection:
-    """One HTTP/1.1 keep-alive connection; reopened after the server closes it or an error."""
-
-    def __init__(self, host: str, port: int):
-        self.host, self.port = host, port
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-
-    async def ensure(self) -> None:
-        if self.writer is None or self.writer.is_closing():
-            self.reader, self.writer = await asyncio.open_connection(self.host, self.port, limit=READ_SIZE)
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        self.reader = self.writer = None
-
-
-class StreamProtocolError(Exception):
-    def __init__(self, kind: str, detail: str, status: int | None = None):
-        super().__init__(detail)
-        self.kind, self.detail, self.status = kind, detail, status
 
 
 class StreamClient:
@@ -162,9 +139,11 @@ class StreamClient:
         if data == b"[DONE]":
             return False, True
         try:
-            obj = json.loads(data)
+            obj = loads(data)
         except ValueError:
             raise StreamProtocolError("malformed", f"event is not JSON: {data[:80]!r}") from None
+        if not isinstance(obj, dict):
+            raise StreamProtocolError("malformed", f"event is not an object: {data[:80]!r}")
         if "error" in obj and not obj.get("choices"):
             err = obj["error"]
             msg = err.get("message", str(err)) if isinstance(err, dict) else str(err)
@@ -195,6 +174,7 @@ class StreamClient:
         rec.digest = hashlib.blake2b(payload, digest_size=8).hexdigest()
         request = self.frame(payload)
         clock = time.perf_counter_ns
+        response = None
         try:
             async with timeout(self.timeout_s):
                 try:
@@ -204,9 +184,13 @@ class StreamClient:
                     raise StreamProtocolError("connect", f"{type(e).__name__}: {e}") from None
                 except TIMEOUTS:  # a host that drops packets: unreachable, not a slow response
                     raise StreamProtocolError("connect", f"no connection within {CONNECT_TIMEOUT_S:.0f} s") from None
+                response = Response(self._events(rec), asyncio.get_running_loop().create_future())
                 rec.t_start_ns = clock()
-                conn.writer.write(request)  # type: ignore[union-attr]
-                await self._read(conn, rec, clock)
+                conn.send(request, response)
+                await response.done
+            self._check(rec, response)
+            if not response.keep_alive or not response.chunked:
+                conn.close()
         except StreamProtocolError as e:
             rec.ok, rec.error, rec.error_detail = False, e.kind, e.detail
             rec.http_status = e.status or rec.http_status
@@ -214,96 +198,38 @@ class StreamClient:
         except TIMEOUTS:
             rec.ok, rec.error, rec.error_detail = False, "timeout", f"no complete response in {self.timeout_s}s"
             conn.close()
-        except (ValueError, asyncio.LimitOverrunError) as e:  # bad chunk framing, oversized header
+        except ValueError as e:  # bad chunk framing
             rec.ok, rec.error, rec.error_detail = False, "malformed", f"{type(e).__name__}: {e}"[:300]
             conn.close()
-        except (ConnectionError, OSError, asyncio.IncompleteReadError) as e:
+        except (ConnectionError, OSError) as e:
             rec.ok, rec.error, rec.error_detail = False, "disconnect", f"{type(e).__name__}: {e}"
             conn.close()
+        if response is not None and response.status is not None:
+            rec.http_status = response.status
         if not rec.t_start_ns:
             rec.t_start_ns = clock()
-        rec.t_end_ns = rec.t_end_ns or clock()
+        rec.t_end_ns = (response.t_end_ns if response is not None else 0) or clock()
         rec.e2e_ms = (rec.t_end_ns - rec.t_start_ns) / 1e6 if rec.ok else None
         return rec
 
-    async def _read(self, conn: Connection, rec: RequestRecord, clock) -> None:
-        reader = conn.reader
-        assert reader is not None
-        raw = await reader.readuntil(b"\r\n\r\n")
-        status, headers = _parse_head(raw)
-        rec.http_status = status
-        chunked = headers.get("transfer-encoding", "").lower() == "chunked"
-        length = int(headers["content-length"]) if "content-length" in headers else None
-        keep_alive = headers.get("connection", "").lower() != "close"
-        if status != 200:
-            body = await _read_body(reader, chunked, length)
-            raise StreamProtocolError(f"http_{status}", body[:300].decode(errors="replace"), status)
-        dechunk = ChunkedDecoder() if chunked else None
-        sse = SSEParser()
-        start = rec.t_start_ns
-        first = True
-        done = False
-        received = 0
-        while True:
-            # bytes that arrived with the headers are already buffered: read() returns them at once
-            data = await reader.read(READ_SIZE)
-            t = clock()
-            if not data:
-                if done or (length is not None and received >= length):
-                    break
-                raise StreamProtocolError(
-                    "disconnect", "connection closed mid-stream" + (" (partial event)" if sse.pending else "")
-                )
-            received += len(data)
-            body = dechunk.feed(data) if dechunk is not None else data
-            for t_ev, payload in sse.feed(body, t):
-                has_text, is_done = self.on_event(rec, payload)
-                if has_text:
-                    ms = (t_ev - start) / 1e6
-                    if first:
-                        rec.ttft_ms = ms
-                        first = False
-                    rec.event_ms.append(ms)
-                if is_done:
-                    done = True
-            if dechunk is not None and dechunk.done:
-                break
-            if length is not None and received >= length:
-                break
-        rec.t_end_ns = clock()
-        if sse.pending:
-            raise StreamProtocolError("malformed", "stream ended inside an event")
+    def _events(self, rec: RequestRecord):
+        """The response's event callback: interprets each event, stamps the content events (in the loop's read
+        callback, at the read that carried the event's first byte)."""
+        on_event = self.on_event
+
+        def event(payload: bytes, t_ev: int) -> bool:
+            has_text, is_done = on_event(rec, payload)
+            if has_text:
+                ms = (t_ev - rec.t_start_ns) / 1e6
+                if rec.ttft_ms is None:
+                    rec.ttft_ms = ms
+                rec.event_ms.append(ms)
+            return is_done
+
+        return event
+
+    def _check(self, rec: RequestRecord, response: Response) -> None:
         self.finish(rec)
         if rec.ttft_ms is None:
             raise StreamProtocolError("malformed", "stream carried no text")
         rec.ok = True
-        if not keep_alive or dechunk is None:
-            conn.close()
-
-
-def _parse_head(raw: bytes) -> tuple[int, dict[str, str]]:
-    lines = raw.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[1].isdigit():
-        raise StreamProtocolError("malformed", f"bad status line {lines[0][:80]!r}")
-    headers = {}
-    for ln in lines[1:]:
-        if ":" in ln:
-            k, v = ln.split(":", 1)
-            headers[k.strip().lower()] = v.strip()
-    return int(parts[1]), headers
-
-
-async def _read_body(reader: asyncio.StreamReader, chunked: bool, length: int | None) -> bytes:
-    if length is not None:
-        return await reader.readexactly(length)
-    if chunked:
-        dec, out = ChunkedDecoder(), []
-        while not dec.done:
-            data = await reader.read(READ_SIZE)
-            if not data:
-                break
-            out.append(dec.feed(data))
-        return b"".join(out)
-    return await reader.read(READ_SIZE)
-

@@ -37,7 +37,10 @@ class ChunkedDecoder:
                     raise ValueError(f"chunk size line longer than {MAX_SIZE_LINE} bytes")
                 if eol < 0:
                     break
-                size_field = buf[pos:eol].split(b";", 1)[0].strip(b" \t")
+                size_field = buf[pos:eol]
+                if b";" in size_field:
+                    size_field = size_field.split(b";", 1)[0]
+                size_field = size_field.strip(b" \t")
                 # only hex digits: int(x, 16) would also take "-5", "+5", "0x5" and "1_0"
                 if not size_field or size_field.strip(_HEX):
                     raise ValueError(f"bad chunk size line {buf[pos:eol][:40]!r}")
@@ -46,6 +49,13 @@ class ChunkedDecoder:
                 if size == 0:
                     self.done = True
                     break
+                end = pos + size
+                if end + 2 <= n:  # the whole chunk is here (one per read, as servers stream): take it at once
+                    if buf[end : end + 2] != b"\r\n":
+                        raise ValueError(f"chunk data not followed by CRLF: {buf[end : end + 2]!r}")
+                    out.append(buf[pos:end])
+                    pos = end + 2
+                    continue
                 self._need = size + 2
             else:
                 take = min(need, n - pos)
@@ -64,8 +74,8 @@ class ChunkedDecoder:
                 pos += take
                 if self._need == 0:
                     self._need = -1
-        self._buf = buf[pos:]
-        return b"".join(out)
+        self._buf = buf[pos:] if pos < n else b""
+        return out[0] if len(out) == 1 else b"".join(out)
 
 
 def _event_data(block: bytes) -> bytes | None:
@@ -73,6 +83,8 @@ def _event_data(block: bytes) -> bytes | None:
 
     Per the SSE spec a `data` line without a colon is an empty value, and exactly one space after the colon
     is dropped (a payload's own leading spaces are kept). Other fields and `:` comments are ignored."""
+    if block[:6] == b"data: " and b"\n" not in block:  # one data line, as OpenAI and Triton stream
+        return block[6:]
     values = []
     for ln in block.split(b"\n"):
         if ln.startswith(b"data"):
@@ -101,6 +113,11 @@ class SSEParser:
         return bool(self._buf.strip())
 
     def feed(self, data: bytes, t_ns: int) -> list[tuple[int, bytes]]:
+        if not self._buf and not self._cr and data[-2:] == b"\n\n" and data.find(b"\n\n") == len(data) - 2 \
+                and data[:1] != b"\n" and b"\r" not in data:
+            # one whole event in one read, as servers stream: the general path below gives the same answer
+            payload = _event_data(data[:-2])
+            return [(t_ns, payload)] if payload is not None else []
         if self._cr and data:
             self._cr = False
             if data[:1] == b"\n":

@@ -13,6 +13,7 @@ import json
 
 from harness.errors import LayerbenchError
 from harness.load.client import RequestRecord, StreamClient, StreamProtocolError
+from harness.load.fastjson import loads
 
 
 class TritonStreamClient(StreamClient):
@@ -34,7 +35,7 @@ class TritonStreamClient(StreamClient):
 
     def on_event(self, rec: RequestRecord, data: bytes) -> tuple[bool, bool]:
         try:
-            obj = json.loads(data)
+            obj = loads(data)
         except ValueError:
             raise StreamProtocolError("malformed", f"event is not JSON: {data[:80]!r}") from None
         if not isinstance(obj, dict):

@@ -17,7 +17,6 @@ slots) and the client's CPU per event (`make bench-harness`), within the cores t
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import os
@@ -27,6 +26,7 @@ from pathlib import Path
 
 from harness.childproc import StopFlag, child_signals, start_child, stop_child
 from harness.errors import LayerbenchError
+from harness.load import eventloop
 from harness.profile import CLIENT_PROCS_MAX as MAX_PROCS
 
 US_PER_EVENT = 74.0  # layerbench's client CPU per SSE event at c=64 (`make bench-harness`, the 2-core CPU host)
@@ -228,7 +228,7 @@ def _one_level(cmd: dict, index: int, profile, client, gen, seed: str, conn, fd:
 
     try:
         shard.sync(f"level {rep} {c}")
-        run = asyncio.run(driver.measure(c, rep, write, lambda r: None, None,
+        run = eventloop.run(driver.measure(c, rep, write, lambda r: None, None,
                                          lambda: shard.sync(f"window {rep} {c}")))
     except LayerbenchError as e:
         return {"sent": 0, "aborted": str(e), "client": None, "window_s": 0.0}

@@ -171,3 +171,44 @@ def test_client_timeout(scripted_server):
 
     r = asyncio.run(go())
     assert not r.ok and r.error == "timeout"
+
+
+def test_a_connection_the_server_closed_is_reopened_for_the_next_request(scripted_server):
+    # STREAM_HEAD says `connection: close`: each request needs a new socket, and the first socket's late close
+    # callbacks must not touch the second's
+    async def go():
+        async with scripted_server(stream(text_ev("a"), USAGE, DONE)) as srv:
+            client = StreamClient(srv.url, "m", max_tokens=5, timeout_s=5)
+            conn = client.connection()
+            recs = [await client.measure(conn, "p", RequestRecord(level=1, index=i)) for i in range(3)]
+            conn.close()
+            return recs
+
+    recs = asyncio.run(go())
+    assert [r.ok for r in recs] == [True, True, True], [r.error_detail for r in recs]
+    assert all(r.output_tokens == 5 and len(r.event_ms) == 1 for r in recs)
+
+
+def test_a_head_split_across_reads_and_a_body_delimited_by_close(scripted_server):
+    async def handler(reader, writer):
+        head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n"  # no length, not chunked
+        for part in (head[:9], head[9:30], head[30:] + text_ev("a")[:5], text_ev("a")[5:] + USAGE + DONE):
+            writer.write(part)
+            await writer.drain()
+            await asyncio.sleep(0.01)  # server-side pacing: each part its own read
+
+    r = run_client(scripted_server, handler)
+    assert r.ok, r.error_detail
+    assert r.http_status == 200 and len(r.event_ms) == 1 and r.output_tokens == 5
+
+
+def test_an_oversized_head_and_an_event_that_is_not_an_object_are_malformed(scripted_server):
+    async def endless_head(reader, writer):
+        writer.write(b"HTTP/1.1 200 OK\r\n" + b"x-pad: " + b"p" * 70_000)
+        await writer.drain()
+        await asyncio.sleep(1)
+
+    r = run_client(scripted_server, endless_head)
+    assert not r.ok and r.error == "malformed" and "head longer" in r.error_detail
+    r = run_client(scripted_server, stream(ev([1, 2]), USAGE, DONE))
+    assert not r.ok and r.error == "malformed" and "not an object" in r.error_detail
