@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.load.client import RequestRecord
-from harness.profile import EmulatedStep
+from harness.profile import EmulatedStep, LoadProfile
 from harness.schemas import Calibration, DtypeChoice, LevelHold
 
 DTYPE_SLACK = 1.2
@@ -59,6 +59,20 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
     except OSError:
         return set()
     return {f for line in text.splitlines() if line.startswith("flags") for f in line.split(":", 1)[1].split()}
+
+
+def resolved_dtype(profile: LoadProfile) -> LoadProfile:
+    """`engine.dtype: fastest` measured on this host and recorded in `dtype_measured`; both sides of a compare,
+    and the GPU-like engine's calibration, get the dtype it chose."""
+    engine = profile.engine
+    if engine.dtype != "fastest" or engine.model != "gpu-like":
+        return profile
+    from stacks.base import ENGINE_VENV
+    from stacks.engine_env import engine_python
+
+    choice = fastest_dtype(engine_python(ENGINE_VENV))
+    return profile.model_copy(update={"engine": engine.model_copy(update={
+        "dtype": choice.dtype, "dtype_measured": choice.text()})})
 
 
 def fastest_dtype(python: Path, flags: set[str] | None = None) -> DtypeChoice:

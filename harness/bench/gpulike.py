@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rich.progress import Progress, TaskID
 
+from harness.analysis.calibrate import resolved_dtype
 from harness.analysis.emulation import ENGINE_CORE, TOLERANCE, WORKER, configured_ms
 from harness.analysis.server_metrics import summarise
 from harness.bench.figures import Verdict
@@ -75,9 +76,15 @@ def _model(engine: EngineSettings, progress: Progress, task: TaskID, tmp: Path) 
     return out
 
 
+def engines() -> tuple[EngineSettings, EngineSettings]:
+    """The `gpu-like` profile's engine and the same with the tiny model, at the dtype this host runs fastest (the
+    profile says `dtype: fastest`, which vLLM itself does not take)."""
+    gpu_like = resolved_dtype(load_profile("gpu-like")).engine
+    return gpu_like, gpu_like.model_copy(update={"model": "tiny", "step": None})
+
+
 def measure(progress: Progress, tmp: Path) -> list[dict]:
-    gpu_like = load_profile("gpu-like").engine
-    tiny = gpu_like.model_copy(update={"model": "tiny", "step": None})
+    gpu_like, tiny = engines()
     task = progress.add_task("GPU-like calibration: deploying vLLM", total=2 * len(LEVELS))
     return _model(gpu_like, progress, task, tmp) + _model(tiny, progress, task, tmp)
 

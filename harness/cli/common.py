@@ -82,7 +82,9 @@ def profile_for(args: argparse.Namespace) -> LoadProfile:
     update = {k: v for k, v in (("model", getattr(args, "model", None)), ("revision", getattr(args, "revision", None)),
                                 ("gpus", getattr(args, "gpus", None))) if v is not None}
     if not update:
-        return with_dtype(profile)
+        from harness.analysis.calibrate import resolved_dtype
+
+        return resolved_dtype(profile)
     if "model" in update and "revision" not in update:
         update["revision"] = None  # the profile's revision belongs to the profile's model
     if update.get("model") not in (None, "gpu-like"):
@@ -92,22 +94,9 @@ def profile_for(args: argparse.Namespace) -> LoadProfile:
     except ValidationError as e:
         raise LayerbenchError("--model / --revision / --gpus: " + "; ".join(
             err["msg"].removeprefix("Value error, ") for err in e.errors())) from None
-    return with_dtype(profile.model_copy(update={"engine": engine}))
+    from harness.analysis.calibrate import resolved_dtype
 
-
-def with_dtype(profile: LoadProfile) -> LoadProfile:
-    """`engine.dtype: fastest` measured on this host (harness.analysis.calibrate) and recorded in `dtype_measured`; both
-    sides of a compare get the dtype it chose."""
-    engine = profile.engine
-    if engine.dtype != "fastest" or engine.model != "gpu-like":
-        return profile
-    from harness.analysis.calibrate import fastest_dtype
-    from stacks.base import ENGINE_VENV
-    from stacks.engine_env import engine_python
-
-    choice = fastest_dtype(engine_python(ENGINE_VENV))
-    return profile.model_copy(update={"engine": engine.model_copy(update={
-        "dtype": choice.dtype, "dtype_measured": choice.text()})})
+    return resolved_dtype(profile.model_copy(update={"engine": engine}))
 
 
 def settings_for(args: argparse.Namespace, profile: LoadProfile, log_dir: Path):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli.main import main
-from harness.load.workers import auto_note, procs_for
+from harness.load.workers import US_PER_EVENT, auto_note, procs_for
 from harness.schemas import RunSummary
 
 
@@ -70,11 +70,15 @@ def test_auto_stays_at_one_process_on_a_host_without_cores_for_the_client(tmp_pa
 
 def test_procs_for_sizes_from_the_expected_event_rate_within_the_cores():
     # 74 us per event: one process at half a core holds ~6,750 events/s
-    assert procs_for("auto", 64, False, None, 4) == 1  # nothing measured yet
-    assert procs_for("auto", 64, False, 5_000, 4) == 1
-    assert procs_for("auto", 64, False, 20_000, 4) == 3
-    assert procs_for("auto", 256, False, 200_000, 4) == 4  # never more than the client's cores
-    assert procs_for("auto", 2, False, 200_000, 8) == 2  # never more than the level's slots
+    assert procs_for("auto", 64, False, None, 4, 74.0) == 1  # nothing measured yet
+    assert procs_for("auto", 64, False, 5_000, 4, 74.0) == 1
+    assert procs_for("auto", 64, False, 20_000, 4, 74.0) == 3
+    assert procs_for("auto", 256, False, 200_000, 4, 74.0) == 4  # never more than the client's cores
+    assert procs_for("auto", 2, False, 200_000, 8, 74.0) == 2  # never more than the level's slots
+    # the default is the benchmark's figure: a level that needs more than half a core gets a second process
+    half_core = 0.5e6 / US_PER_EVENT
+    assert procs_for("auto", 64, False, 0.9 * half_core, 4) == 1
+    assert procs_for("auto", 64, False, 1.1 * half_core, 4) == 2
     assert procs_for(3, 64, False, None, 1) == 3  # a number is taken as given
     assert procs_for(3, 500.0, True, None, 1) == 3  # an open-loop rate has no slots to run out of
     assert "1 process" in auto_note(1, 2, False) and "client_cpus" in auto_note(4, 16, True)

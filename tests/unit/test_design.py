@@ -98,6 +98,18 @@ def test_bfloat16_is_kept_only_where_the_cpu_computes_it(tmp_path):
     assert fastest_dtype(tmp_path / "missing", {"amx_bf16"}).dtype == "float32"
 
 
+def test_the_gpu_like_calibration_deploys_the_dtype_this_host_chose(monkeypatch):
+    # the profile says `dtype: fastest`, which vLLM refuses: the calibration section once passed it on as it was
+    from harness.analysis import calibrate
+    from harness.bench import gpulike
+
+    chosen = DtypeChoice(dtype="float32", step_ms={"float32": 2.9}, cpu_bf16=False)
+    monkeypatch.setattr(calibrate, "fastest_dtype", lambda python: chosen)
+    gpu_like, tiny = gpulike.engines()
+    assert gpu_like.dtype == tiny.dtype == "float32" and gpu_like.dtype_measured
+    assert gpu_like.model == "gpu-like" and tiny.model == "tiny" and tiny.step is None
+
+
 def test_endpoints_declared_without_metrics_are_listed_and_never_scraped(tmp_path):
     from harness.analysis.audit import METRICLESS, audit_from_scrapes
     from stacks.ray import RayStack
