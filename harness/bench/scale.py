@@ -203,10 +203,10 @@ def section(ctx: Context) -> SectionResult:
                            _cell(rate[p], "{:,.0f}"), _wakes(v["events_per_wake"], "{:.2f}"),
                            _wakes(v["us_per_wake"], "{:.1f}")] for p, v in procs.items()]), "",
           "A wake-up is a voluntary context switch of a client process's event-loop thread: it slept in epoll "
-          "until a read was ready. When the CPU per wake-up stays the same across processes and the events per "
-          "wake-up fall, what a split adds per event is wake-ups, not work: each process wakes for its own share "
-          "of the streams, and on a host where the client shares the deployment's cores each wake-up comes with "
-          "its fixed cost (the syscalls and, on a shared virtual machine, a cold cache after the deployment ran).",
+          "until a read was ready. CPU per event is CPU per wake-up over events per wake-up: split across "
+          "processes, each wakes for its own share of the streams, so fewer events share a wake-up's fixed cost "
+          "(the syscalls and, on a virtual machine whose cores the deployment shares, a cold cache after the "
+          "deployment ran), and a wake-up costs more where more processes contend for the same cores.",
           "",
           f"TTFT accuracy in 2 processes at c={CONCURRENCY} ({12 * CONCURRENCY} requests, a one-process engine "
           "whose log holds every send): first-event delivery (client arrival minus the engine's send) minus the "

@@ -188,7 +188,7 @@ class StreamClient:
                 rec.t_start_ns = clock()
                 conn.send(request, response)
                 await response.done
-            self._check(rec, response)
+            self._check(rec)
             if not response.keep_alive or not response.chunked:
                 conn.close()
         except StreamProtocolError as e:
@@ -228,7 +228,7 @@ class StreamClient:
 
         return event
 
-    def _check(self, rec: RequestRecord, response: Response) -> None:
+    def _check(self, rec: RequestRecord) -> None:
         self.finish(rec)
         if rec.ttft_ms is None:
             raise StreamProtocolError("malformed", "stream carried no text")
