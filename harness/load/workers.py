@@ -29,7 +29,7 @@ from harness.errors import LayerbenchError
 from harness.load import eventloop
 from harness.profile import CLIENT_PROCS_MAX as MAX_PROCS
 
-US_PER_EVENT = 74.0  # layerbench's client CPU per SSE event at c=64 (`make bench-harness`, the 2-core CPU host)
+US_PER_EVENT = 26.0  # the client's CPU per SSE event at c=64 (`make bench-harness`, scale section, 2-core host)
 CORE_SHARE = 0.5  # a worker is sized to use at most half a core: bursts fit, its loop lag stays low
 REPLY_S = 1800.0  # the longest a worker may take to answer: a whole level at request_timeout_s and more
 
