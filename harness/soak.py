@@ -145,7 +145,7 @@ def run_soak(duration_s: float, concurrency: int, results: Path, out_dir: Path,
                 injector.start()
                 try:
                     sent, recorded, abort = eventloop.run(_load(client, gen, concurrency, duration_s, writer, counts,
-                                                              memory, progress, task))
+                                                                memory, progress, task))
                 finally:
                     stop.set()
                     with shielded("stopping the fault injector"):  # it may be restarting the engine

@@ -38,8 +38,8 @@ def _window(stack: Stack, profile: LoadProfile, client: StreamClient, gen: Promp
     with scraper:
         scraper.level = c
         run = eventloop.run(run_level(client, gen, c, profile.requests_for(c), warmup_waves=1,
-                                    min_duration_s=profile.min_duration_s, process_cpu=stack.process_cpu,
-                                    on_measure_start=lambda: scraper.mark(c, "start")))
+                                      min_duration_s=profile.min_duration_s, process_cpu=stack.process_cpu,
+                                      on_measure_start=lambda: scraper.mark(c, "start")))
         scraper.mark(c, "end")
         server = summarise(scraper.new_scrapes())
     cores = {k: v / run.window_s for k, v in run.process_cpu_s.items()} if run.window_s else {}

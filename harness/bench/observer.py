@@ -53,8 +53,8 @@ def _window(stack, profile, client: StreamClient, gen: PromptGenerator, cond: st
         with scraper:
             scraper.level = c
             run = eventloop.run(run_level(client, gen, c, max(WINDOW_REQUESTS, WINDOW_PER_SLOT * c), repeat=rnd,
-                                        warmup_waves=profile.warmup_waves, min_duration_s=WINDOW_MIN_S,
-                                        on_measure_start=lambda: scraper.mark(c, "start")))
+                                          warmup_waves=profile.warmup_waves, min_duration_s=WINDOW_MIN_S,
+                                          on_measure_start=lambda: scraper.mark(c, "start")))
             scraper.mark(c, "end")
             scrapes = scraper.new_scrapes()
     finally:

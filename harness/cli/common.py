@@ -72,6 +72,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 def profile_for(args: argparse.Namespace) -> LoadProfile:
     """The profile named on the command line, with `--model`, `--revision` and `--gpus` (MODEL=, REVISION=,
     GPUS=) applied to its engine settings, so run.json records what was served."""
+    from harness.analysis.calibrate import resolved_dtype  # numpy: imported only by the commands that load a profile
+
     profile = load_profile(getattr(args, "profile", None) or "quick")
     if getattr(args, "pairs", None):
         profile = profile.model_copy(update={"pairs": args.pairs})
@@ -82,8 +84,6 @@ def profile_for(args: argparse.Namespace) -> LoadProfile:
     update = {k: v for k, v in (("model", getattr(args, "model", None)), ("revision", getattr(args, "revision", None)),
                                 ("gpus", getattr(args, "gpus", None))) if v is not None}
     if not update:
-        from harness.analysis.calibrate import resolved_dtype
-
         return resolved_dtype(profile)
     if "model" in update and "revision" not in update:
         update["revision"] = None  # the profile's revision belongs to the profile's model
@@ -94,8 +94,6 @@ def profile_for(args: argparse.Namespace) -> LoadProfile:
     except ValidationError as e:
         raise LayerbenchError("--model / --revision / --gpus: " + "; ".join(
             err["msg"].removeprefix("Value error, ") for err in e.errors())) from None
-    from harness.analysis.calibrate import resolved_dtype
-
     return resolved_dtype(profile.model_copy(update={"engine": engine}))
 
 

@@ -229,7 +229,7 @@ def _one_level(cmd: dict, index: int, profile, client, gen, seed: str, conn, fd:
     try:
         shard.sync(f"level {rep} {c}")
         run = eventloop.run(driver.measure(c, rep, write, lambda r: None, None,
-                                         lambda: shard.sync(f"window {rep} {c}")))
+                                           lambda: shard.sync(f"window {rep} {c}")))
     except LayerbenchError as e:
         return {"sent": 0, "aborted": str(e), "client": None, "window_s": 0.0}
     return {"sent": run.sent, "aborted": run.aborted, "client": run.client.model_dump(), "window_s": run.window_s}
