@@ -253,6 +253,8 @@ class SweepRun:
         s = self.summary
         s.cores, s.sampler_cpu_pct = self.sampler.result(self.labels), self.sampler.self_cpu_pct()
         self.sampler.out_path.unlink(missing_ok=True)
+        if s.gpu_telemetry and not s.gpu_telemetry.startswith("no GPU telemetry") and (dcgm := self.gpus.dcgm()):
+            s.gpu_telemetry = f"{s.gpu_telemetry}; {dcgm}"
         for path in self.stack.log_locations().values():
             if path.exists() and (found := engine_binding(path.read_text(errors="replace"))):
                 s.engine_binding = found

@@ -43,6 +43,14 @@ def main() -> int:
         return 0
     t0 = time.monotonic()
     try:
+        from vllm.platforms import current_platform  # vllm/platforms/interface.py: Platform.device_type, is_cuda()
+
+        if not current_platform.is_cuda():
+            # the CPU build on a GPU host would "generate on the GPU" here on the CPU and pass
+            print(f"engine check FAILED: this host has NVIDIA GPUs but the engine environment's vLLM runs on "
+                  f"'{current_platform.device_type}': rm -rf .venv-engine .stamps/engine && make setup",
+                  file=sys.stderr)
+            return 1
         from vllm import LLM, SamplingParams
 
         llm = LLM(model=model, max_model_len=256, max_num_seqs=1, gpu_memory_utilization=0.2, enforce_eager=True)

@@ -2,7 +2,9 @@
 inside the client or the deployment. Every SAMPLE_S it appends one line per GPU (utilisation, memory used,
 power, SM clock) to a JSONL file as it measures; a level's window is summarised from the lines between its
 start and end. Where DCGM's `dcgmi` is on PATH, its profiling counters (SM and Tensor Core activity) are read
-beside NVML's; otherwise the report says they were not available.
+beside NVML's. The report claims them only when samples arrived: `dcgmi dmon` prints nothing useful without a
+running nv-hostengine, or while dcgm-exporter holds the profiling counters, and then the report says so with
+dmon's own message.
 
 `VramGuard` is the check the layer study made by hand with nvidia-smi between deployments: before the next
 deployment starts, the GPUs' memory must be back at its level from before the first one; a process still
@@ -59,18 +61,27 @@ def _sample(nvml: ModuleType, index: int, handle) -> dict:
 
 
 def _dcgm_reader(exe: str, devices: list[int], out, lock: threading.Lock, stop: StopFlag) -> subprocess.Popen:
-    """`dcgmi dmon` streaming SM and Tensor Core activity; a thread turns its rows into lines of `out`."""
+    """`dcgmi dmon` streaming SM and Tensor Core activity; a thread turns its rows into lines of `out`, and when
+    dmon ends before the sampler does, one line {"dcgm_exit": rc, "why": what dmon said}."""
     proc = subprocess.Popen([exe, "dmon", "-e", ",".join(DCGM_FIELDS), "-i", ",".join(map(str, devices)), "-d",
-                             str(int(SAMPLE_S * 1000))], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                             str(int(SAMPLE_S * 1000))], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def pump() -> None:
         assert proc.stdout is not None
+        other: list[str] = []
         for row in proc.stdout:
             parsed = parse_dmon_row(row)
             if parsed is not None and not stop.is_set():
                 with lock:
                     out.write(json.dumps({"t": time.monotonic(), **parsed}) + "\n")
                     out.flush()
+            elif parsed is None and row.strip() and not row.lstrip().startswith(("#", "ID", "GPU")):
+                other.append(row.strip())
+        rc = proc.wait()
+        if not stop.is_set():
+            with lock:
+                out.write(json.dumps({"t": time.monotonic(), "dcgm_exit": rc, "why": " ".join(other)[:300]}) + "\n")
+                out.flush()
 
     threading.Thread(target=pump, daemon=True).start()
     return proc
@@ -129,7 +140,7 @@ def summarise(lines: list[dict], t0: float, t1: float) -> list[GpuWindow]:
     by_gpu: dict[int, list[dict]] = {}
     for pad in (0.0, SAMPLE_S):
         for d in lines:
-            if t0 - pad <= d.get("t", -1) <= t1 + pad:
+            if "i" in d and t0 - pad <= d.get("t", -1) <= t1 + pad:  # not dmon's exit line
                 by_gpu.setdefault(d["i"], []).append(d)
         if by_gpu:
             break
@@ -185,6 +196,10 @@ class GpuSampler:
     def window(self, t0: float, t1: float) -> list[GpuWindow]:
         return summarise(self.lines(), t0, t1) if self.devices else []
 
+    def dcgm(self) -> str | None:
+        """DCGM's part of the telemetry note, once the sampler has stopped; None without GPUs."""
+        return dcgm_note(self.lines(), shutil.which("dcgmi") is not None) if self.devices else None
+
 
 def telemetry_note(devices: list[int]) -> str | None:
     """What the report says about its GPU figures; None on a host without GPUs."""
@@ -194,9 +209,21 @@ def telemetry_note(devices: list[int]) -> str | None:
     if nvml is None:
         return f"no GPU telemetry: {why}"
     nvml.nvmlShutdown()
-    dcgm = ("DCGM profiling counters (SM and Tensor Core activity) from dcgmi" if shutil.which("dcgmi") else
-            "DCGM profiling counters (Tensor Core activity): not available (dcgmi not found on this host)")
-    return f"NVML every {SAMPLE_S:g} s on GPU {', '.join(map(str, devices))}; {dcgm}"
+    return f"NVML every {SAMPLE_S:g} s on GPU {', '.join(map(str, devices))}"
+
+
+def dcgm_note(lines: list[dict], dcgmi_found: bool) -> str:
+    """What the report says of DCGM's counters, from what the sampler wrote: claimed only when samples arrived."""
+    if not dcgmi_found:
+        return "DCGM profiling counters (SM and Tensor Core activity): not available (dcgmi not found on this host)"
+    samples = sum(1 for ln in lines if ln.get("sm_active") is not None or ln.get("tensor_active") is not None)
+    if samples:
+        return f"DCGM profiling counters (SM and Tensor Core activity) from dcgmi: {samples} samples"
+    ended = next((ln for ln in lines if "dcgm_exit" in ln), None)
+    said = (f"dcgmi dmon exited {ended['dcgm_exit']}" + (f": {ended['why']}" if ended.get("why") else "")
+            if ended else "dcgmi dmon printed no sample")
+    return (f"DCGM profiling counters: none arrived ({said}); dcgmi needs a running nv-hostengine, and no other "
+            "profiler (dcgm-exporter, Nsight) holding the counters")
 
 
 class VramGuard:

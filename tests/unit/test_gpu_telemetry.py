@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -82,7 +83,7 @@ def test_dcgm_counters_are_read_where_dcgmi_answers(nvml, tmp_path, monkeypatch)
                      "while true; do echo 'GPU 0     0.812        0.437'; sleep 0.2; done\n")
     dcgmi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{dcgmi.parent}{os.pathsep}{os.environ['PATH']}")
-    assert "from dcgmi" in gt.telemetry_note([0])
+    assert "dcgmi" not in gt.telemetry_note([0])  # nothing is claimed before a sample arrives
     with gt.GpuSampler([0], tmp_path / "g.jsonl") as sampler:
         deadline = time.monotonic() + 30
         while not any("tensor_active" in d for d in sampler.lines()) and time.monotonic() < deadline:
@@ -91,6 +92,26 @@ def test_dcgm_counters_are_read_where_dcgmi_answers(nvml, tmp_path, monkeypatch)
         (g,) = sampler.window(0, time.monotonic())
     assert g.tensor_active_mean == pytest.approx(0.437) and g.sm_active_mean == pytest.approx(0.812)
     assert g.util_pct_mean == 50
+    assert re.search(r"from dcgmi: \d+ samples", sampler.dcgm())
+
+
+def test_dcgm_counters_are_not_claimed_when_no_sample_arrives(nvml, tmp_path, monkeypatch):
+    """dcgmi on PATH without a running nv-hostengine: its message as NVIDIA/DCGM#43 and #57 record it."""
+    nvml([{"after_s": 0, "gpu": 0, "used_mib": 1000, "util": 50, "power_w": 300, "sm_mhz": 1800}], gpus=1)
+    dcgmi = tmp_path / "bin" / "dcgmi"
+    dcgmi.parent.mkdir()
+    dcgmi.write_text("#!/bin/sh\necho 'Error: unable to establish a connection to the specified host: localhost'\n"
+                     "echo 'Error: Unable to connect to host engine. Host engine connection invalid/disconnected.'\n"
+                     "exit 1\n")
+    dcgmi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{dcgmi.parent}{os.pathsep}{os.environ['PATH']}")
+    with gt.GpuSampler([0], tmp_path / "g.jsonl") as sampler:
+        deadline = time.monotonic() + 30
+        while not ({"dcgm_exit", "util"} <= {k for d in sampler.lines() for k in d}) and time.monotonic() < deadline:
+            time.sleep(0.2)  # dmon's exit, and one NVML reading
+    note = sampler.dcgm()
+    assert note.startswith("DCGM profiling counters: none arrived (dcgmi dmon exited 1: Error: unable to establish")
+    assert "nv-hostengine" in note and sampler.window(0, time.monotonic())[0].tensor_active_mean is None
 
 
 def test_dmon_rows_parse_and_headers_do_not():
