@@ -74,7 +74,7 @@ setup-%: setup $(STAMPS)/setup-% ;  # a layer's own environment (make setup-ray)
 setup-chromium: $(STAMPS)/chromium  ## Debian's headless Chromium, for the report's browser test
 
 .PHONY: setup setup-chromium client run compare capacity sweep audit report soak test \
-	test-fast lint bench-harness calibrate clean help stacks doctor
+	test-fast lint bench-harness calibrate clean help stacks doctor gpu-check
 ifneq ($(DRY),)
 .PHONY: $(STAMPS)/client $(STAMPS)/engine $(STAMPS)/gpulike $(STAMPS)/model $(STAMPS)/engine-check \
 	$(LAYERS:%=$(STAMPS)/setup-%)
@@ -127,6 +127,13 @@ $(STAMPS)/engine-check: scripts/check_engine.py $(STAMPS)/engine $(STAMPS)/model
 doctor:  ## whether this host can run a compare: GPUs, driver, CUDA, Python, disk, model, ports, docker, kubectl
 	@$(if $(PY),,echo "no python3.12, python3.11 or python3.10 on PATH: install one, or set PY=" >&2; exit 1)
 	@$(PY) -m harness.doctor --target $(TARGET) $(if $(MODEL),--model $(MODEL)) $(if $(REVISION),--revision $(REVISION))
+
+# on a real NVIDIA host, before any setup: the driver from each source, the build setup would choose, NVML for 20 s
+# and doctor's GPU lines (system Python and nvidia-ml-py only), then the client's events/s per core in 1-8 processes
+# where the client environment exists; one table, non-zero on any mismatch
+gpu-check:  ## on an NVIDIA host: driver, build, NVML sampler, doctor and the client's rate per core, in one table
+	@$(if $(PY),,echo "no python3.12, python3.11 or python3.10 on PATH: install one, or set PY=" >&2; exit 1)
+	@$(PY) -m harness.gpu_check $(if $(wildcard $(VENV)/bin/python),--client-python $(VENV)/bin/python) $(ARGS)
 
 run: $(needs)  ## one deployment through the load harness
 	$(LB) run --stack $(STACK) --profile $(PROFILE) $(MODEL_ARGS) $(if $(URL),--url $(URL)) $(if $(MODE),--opt mode=$(MODE)) --target $(TARGET) $(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) $(ARGS)

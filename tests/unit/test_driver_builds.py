@@ -183,3 +183,34 @@ def test_the_ray_dry_run_plans_the_build_for_the_recorded_driver(host_of, tmp_pa
     build = json.loads((run / "plan.json").read_text())["engine_build"]
     assert build["variant"] == variant and build["pip_args"][0] == first_arg
     assert not any("cu128" in a for a in build["pip_args"])
+
+
+def gpu_check(tmp_path: Path, fixture: str, nvml_driver: str, nvml_cuda: int) -> subprocess.CompletedProcess:
+    """`make gpu-check`'s first part in a fresh process: nvidia-smi replays `fixture`, NVML is the scripted fake."""
+    script = tmp_path / "nvml.json"
+    script.write_text(json.dumps({"t0": 0, "driver": nvml_driver, "cuda": nvml_cuda,
+                                  "gpus": [{"name": "NVIDIA B200", "total_mib": 183359}] * 2,
+                                  "timeline": [{"after_s": 0, "gpu": g, "used_mib": 0, "util": 0, "power_w": 140,
+                                                "sm_mhz": 1965} for g in (0, 1)]}))
+    env = {**os.environ, "PATH": f"{FAKES}{os.pathsep}{os.environ['PATH']}", "HF_HUB_OFFLINE": "1",
+           "FAKE_NVIDIA_SMI_FIXTURE": str(FIXTURES / f"{fixture}.txt"), "FAKE_NVML_SCRIPT": str(script),
+           "PYTHONPATH": str(ROOT / "tests" / "fakes" / "nvml")}
+    return subprocess.run([sys.executable, "-m", "harness.gpu_check", "--seconds", "1"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_gpu_check_prints_one_table_and_passes_when_the_sources_agree(tmp_path):
+    out = gpu_check(tmp_path, "r610", "610.43.02", 13030)
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = out.stdout
+    assert "NVML" in text and "driver 610.43.02, CUDA 13.3" in text
+    assert "sources agree" in text and "driver 610.43.02; CUDA 13.3" in text
+    assert "vllm 0.32.0 (cu130): pip install vllm==0.32.0" in text
+    assert "NVML sampler" in text and "every reading at every tick" in text
+    assert "doctor driver" in text and "gpu-check: every part read as expected" in text
+
+
+def test_gpu_check_fails_when_nvml_and_the_banner_disagree(tmp_path):
+    out = gpu_check(tmp_path, "r575", "610.43.02", 13030)
+    assert out.returncode == 1
+    assert "MISMATCH  sources agree" in out.stdout and "driver 575.57.08, 610.43.02" in out.stdout
