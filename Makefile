@@ -16,6 +16,7 @@
 #   make sweep STACK=ray SHAPES=128x128,2048x128 LEVELS=1,16   the layer's cost by request shape (input x output)
 #   GPU_HOURLY_USD=2.29 (any command): reports add the run's cost and $ per million output tokens
 #   make doctor                whether this host can run a compare (GPUs, driver, CUDA, Python, disk, model...)
+#   make gpu-check             on an NVIDIA host before setup: driver sources, build, NVML, client rate; one table
 #   make compare STACK=ray ARGS=--dry-run   the plan (model, revision, engine build, GPUs, settings), nothing deployed
 #   make setup DRY_RUN=1       what setup would install on this host, and why; changes nothing
 #   MODEL=org/name REVISION=<commit> GPUS=0,1 (run, compare, capacity, sweep): the model and GPUs to serve with
@@ -80,7 +81,7 @@ ifneq ($(DRY),)
 	$(LAYERS:%=$(STAMPS)/setup-%)
 endif
 help:  ## this list (also plain `make`)
-	@sed -n '2,21p' Makefile
+	@sed -n '2,22p' Makefile
 	@echo '# targets:'
 	@awk -F ':.*## ' '/^[a-z-]+:.*## /{printf "#   %-16s %s\n", $$1, $$2}' Makefile
 	@printf "#   %-16s %s\n" "setup-<layer>" "a layer's own environment (scripts/setup_<layer>.sh): $(LAYERS)"
