@@ -36,14 +36,16 @@ CRDS = {"inferenceservices.serving.kserve.io": ("apis/serving.kserve.io/v1beta1"
                                               "ServingRuntime", True),
         "rayservices.ray.io": ("apis/ray.io/v1", "rayservices", "RayService", True)}
 OWNERS = ("Deployment", "InferenceService", "RayService", "Job")
-DEFAULT_RAY = "rayproject/ray-llm:2.60.0-py311-cu128"
+DEFAULT_RAY = "rayproject/ray-llm:2.60.0-py312-cu130"
 UNSCHEDULABLE = ("0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: 0/3 nodes are available: "
                  "3 No preemption victims found for incoming pod.")
 
 
 @dataclass
 class Behaviour:
-    mode: str = "ready"  # ready | never | image_pull | unschedulable | crashloop | fail (Job) | failed_load (ISVC)
+    # ready | never | image_pull | unschedulable | crashloop | fail (Job) | failed_load (ISVC) | knative (ISVC: the
+    # controller resolved a Knative mode and, without Knative Serving, made nothing)
+    mode: str = "ready"
     version: str = "0.32.0"  # what an engine pod's log says
     log: str | None = None  # a pod's whole log (a Job's results marker goes here)
     image: str | None = None
@@ -137,9 +139,11 @@ class Emulator:
     def __init__(self, *, crds: tuple[str, ...] = tuple(CRDS), ready_after: int = 3, delete_after: int = 2,
                  gpu_nodes: dict[str, int] | None = None, kserve_mode: str | None = "RawDeployment",
                  namespaces: tuple[str, ...] = ("default", "layerbench"),
-                 images: dict[str, str | None] | None = None, models: set[str] | None = None):
+                 images: dict[str, str | None] | None = None, models: set[str] | None = None,
+                 node_labels: dict[str, dict[str, str]] | None = None):
         """images: the registry (image -> the vLLM it carries; None: any image pulls); models: 'repo@revision'
-        entries the HF cache PVC holds (None: every model)."""
+        entries the HF cache PVC holds (None: every model); node_labels: labels of the GPU nodes by name (GPU
+        feature discovery's)."""
         self.images, self.models = images, models
         self.resources = BUILTIN + [CRDS[c] for c in crds]
         self.ready_after, self.delete_after = ready_after, delete_after
@@ -157,7 +161,8 @@ class Emulator:
         for ns in namespaces:
             self.put("api/v1", "namespaces", "", {"metadata": {"name": ns}})
         for name, gpus in (gpu_nodes if gpu_nodes is not None else {"gpu-1": 1}).items():
-            self.put("api/v1", "nodes", "", {"metadata": {"name": name}, "spec": {}, "status": {
+            self.put("api/v1", "nodes", "", {"metadata": {"name": name, "labels": dict((node_labels or {}).get(
+                name, {}))}, "spec": {}, "status": {
                 "allocatable": {"cpu": "16", "nvidia.com/gpu": str(gpus)},
                 "conditions": [{"type": "Ready", "status": "True"}]}})
         for c in crds:
@@ -319,6 +324,10 @@ class Emulator:
     def _reconcile(self, owner: dict[str, Any]) -> None:
         name, kind = owner["metadata"]["name"], owner["kind"]
         b = self.behaviour.get(name, Behaviour())
+        if kind == "InferenceService" and b.mode == "knative":  # as KServe's controller leaves it: no pods
+            owner["status"] = {"observedGeneration": 1, "deploymentMode": "Knative", "conditions": [
+                {"type": "Ready", "status": "Unknown"}, {"type": "PredictorReady", "status": "Unknown"}]}
+            return
         pods = self._pods_of(owner) or self._make_pods(owner, b)
         due = self.tick_count - self._born[owner["metadata"]["uid"]] >= self.ready_after
         pullable = all(self._pullable(p) for p in pods)

@@ -56,6 +56,7 @@ class Cluster:
         self._created: list[Ref] = []
         self._pod_selectors: list[str] = [f"{RUN_LABEL}={self.run_label}"]  # pods to see gone after delete
         self._dyn: DynamicClient | None = None
+        self.hints: dict[str, str] = {}  # kind -> what to change when an object of it fails or times out (preflight)
 
     @classmethod
     def connect(cls, namespace: str, run_id: str, kubeconfig: str | Path | None = None,
@@ -200,7 +201,7 @@ class Cluster:
                 continue  # not there yet: KServe makes its predictor Deployment a little after the ISVC
             state = st.readiness(r.kind, obj)
             if state.fatal:
-                raise LayerbenchError(f"{r}: {state.fatal}")
+                raise LayerbenchError(f"{r}: {state.fatal}" + (f"; {h}" if (h := self.hints.get(r.kind)) else ""))
             detail[r] = state.detail
             if state.ready:
                 pending.remove(r)
@@ -245,7 +246,8 @@ class Cluster:
                 if elapsed >= timeout_s:
                     r = pending[0]
                     pods = "".join(f"; {p}" for p in problems.get(r, [])[:3])
-                    raise LayerbenchError(f"{r} not ready after {timeout_s:g} s: {detail[r]}{pods}")
+                    hint = f"; {h}" if (h := self.hints.get(r.kind)) else ""
+                    raise LayerbenchError(f"{r} not ready after {timeout_s:g} s: {detail[r]}{pods}{hint}")
                 time.sleep(min(self.poll_s, max(timeout_s - elapsed, 0.0)))
 
     def wait_ready(self, side: Side, timeout_s: float, console: Console | None = None) -> float:

@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness import gpus as host_info
 from harness.errors import LayerbenchError
 from harness.profile import LoadProfile
 from stacks.base import Stack, target_form
@@ -22,6 +23,7 @@ from stacks.k8s.common import (
     object_name,
     served_name,
 )
+from stacks.k8s.driver_check import check_host, script_check
 from stacks.k8s.images import PROBE_MARKER, VERSION_PROBE
 from stacks.k8s.plan import ClusterSettings, settle
 from stacks.k8s.render import side_labels
@@ -83,6 +85,8 @@ def render_docker(stack: Stack, profile: LoadProfile, cs: ClusterSettings, run_i
                      "-v", f"$RUN_DIR/profile.yaml:{PROFILE}:ro", "-v", f"$RESULTS/{label}:/results", cs.load_image,
                      "layerbench", *load_command(command, deployed.url, deployed, PROFILE, "/results", repeats)]
         plan.sides.append(side)
+    if cs.check_driver:  # on the GPU host itself: its driver against every engine image, before any pull
+        check_host(host_info.host_gpus(), [s.engine_image for s in plan.sides])
     return plan
 
 
@@ -133,16 +137,16 @@ PROBE = ("import sys, urllib.request as u; body = sys.argv[2].encode() or None; 
 
 
 def version_check(plan: DockerPlan) -> list[str]:
-    """The script's first step: every engine image's vLLM, read by running it once (and so pulled); a set whose
-    versions differ stops the script with the table, before any engine is started, unless
-    ALLOW_VERSION_MISMATCH=1."""
+    """The script's first step after the driver check: every engine image's vLLM, read by running it once (and so
+    pulled); a set whose releases differ (NVIDIA's 0.11.1+9114fd76.nv25.12 is 0.11.1) stops the script with the
+    table, before any engine is started, unless ALLOW_VERSION_MISMATCH=1."""
     images = list(dict.fromkeys(side.engine_image for side in plan.sides))
     probe = shlex.quote(VERSION_PROBE[2])
     out = ["", "# --- engine versions, before any engine starts ---", "declare -A VLLM"]
     for image in images:
         out.append(f"VLLM[{shlex.quote(image)}]=\"$(docker run --rm --network none --entrypoint python3 "
                    f"{shlex.quote(image)} -c {probe} | sed -n 's/^{PROBE_MARKER} //p')\"")
-    out += ['if [ "$(printf \'%s\\n\' "${VLLM[@]}" | sort -u | wc -l)" != 1 ] && '
+    out += ['if [ "$(printf \'%s\\n\' "${VLLM[@]%%+*}" | sort -u | wc -l)" != 1 ] && '
             '[ "${ALLOW_VERSION_MISMATCH:-0}" != 1 ]; then',
             '  echo "the images run different vLLM versions (image -> vLLM):" >&2',
             '  for i in "${!VLLM[@]}"; do echo "  $i -> ${VLLM[$i]:-no vLLM}" >&2; done',
@@ -186,6 +190,7 @@ def script(plan: DockerPlan, cs: ClusterSettings, title: str) -> str:
         "    sleep 5",
         "  done",
         "}",
+        *(script_check([s.engine_image for s in plan.sides]) if cs.check_driver else []),
         *version_check(plan),
     ]
     for side in plan.sides:

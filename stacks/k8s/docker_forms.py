@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+from harness import gpus as host_info
 from harness.errors import LayerbenchError
 from stacks.base import Stack
 from stacks.k8s.common import ROOT_HF_HOME, engine_env, model_ref, served_name
@@ -33,12 +34,36 @@ class DockerForm:
     protocol: str = "openai"
 
 
+def gpu_devices(stack: Stack, cs: ClusterSettings) -> list[int]:
+    """The GPUs (nvidia-smi's indices) a side's server gets: GPUS= / the profile's engine.gpus as named, else the
+    first cs.gpus this host's CUDA_VISIBLE_DEVICES leaves (harness.gpus.devices_for, which also refuses an index
+    the host lacks); rendered away from the GPU host, the named ones or 0..cs.gpus-1."""
+    if not cs.gpus:
+        return []
+    named = stack.settings.engine.gpus
+    host = host_info.host_gpus()
+    if host is not None:
+        return host_info.devices_for(host, named, cs.gpus)
+    if named and len(named) != cs.gpus:
+        raise LayerbenchError(f"GPUS names {len(named)} GPU(s) ({','.join(map(str, named))}) but each engine takes "
+                              f"{cs.gpus}: name {cs.gpus}")
+    return list(named) if named else list(range(cs.gpus))
+
+
+def gpus_option(devices: list[int]) -> list[str]:
+    """docker run's GPU request for exactly these devices. `--gpus N` would take GPUs 0..N-1 whatever GPUS= says;
+    `device=2,3` names them, and as the CLI reads --gpus as one CSV record (docker/cli opts/gpus.go) a list is
+    quoted inside the value ('"device=2,3"' in a shell, as docs.docker.com's resource-constraints page writes it;
+    here no shell strips quotes, so the argument itself carries the double quotes)."""
+    return ["--gpus", f'"device={",".join(map(str, devices))}"'] if devices else []
+
+
 def server(name: str, cs: ClusterSettings, image: str, args: list[str], hf_home: str,
-           env: dict[str, str], entrypoint: str | None = None, mounts: tuple[str, ...] = ()) -> list[str]:
+           env: dict[str, str], entrypoint: str | None = None, mounts: tuple[str, ...] = (),
+           devices: list[int] | None = None) -> list[str]:
     cmd = ["docker", "run", "-d", "--name", name, "--label", "app.kubernetes.io/managed-by=layerbench",
            "--security-opt", "no-new-privileges", "--cap-drop", "ALL", "--shm-size", cs.shm_size.replace("i", "")]
-    if cs.gpus:
-        cmd += ["--gpus", str(cs.gpus)]
+    cmd += gpus_option(devices if devices is not None else list(range(cs.gpus or 0)))
     cmd += ["-v", f"$HF_CACHE:{hf_home}:ro", *[x for m in mounts for x in ("-v", m)]]
     for key, value in {**engine_env(hf_home), **env}.items():
         cmd += ["-e", f"{key}={value}"]
@@ -57,7 +82,7 @@ def vllm(stack: Stack, cs: ClusterSettings, name: str, label: str, files: dict[s
     image = vllm_image(cs)
     run = server(name, cs, image, ["-m", "vllm.entrypoints.openai.api_server",
                                    *vllm_server_args(stack, cs, ROOT_HF_HOME, "127.0.0.1")],
-                 ROOT_HF_HOME, {}, entrypoint="python3")
+                 ROOT_HF_HOME, {}, entrypoint="python3", devices=gpu_devices(stack, cs))
     url = f"http://127.0.0.1:{VLLM_PORT}"
     return DockerForm(run=run, image=image, url=url, ready=f"{url}/health", metrics=_api(url))
 
@@ -71,7 +96,8 @@ def kserve(stack: Stack, cs: ClusterSettings, name: str, label: str, files: dict
         cmd += [f"--revision={ref.revision}"] if ref.revision else []
         image = vllm_image(cs)
         url = f"http://127.0.0.1:{POD_PORT}"
-        return DockerForm(run=server(name, cs, image, cmd[1:], ROOT_HF_HOME, env, entrypoint=cmd[0]), image=image,
+        run = server(name, cs, image, cmd[1:], ROOT_HF_HOME, env, entrypoint=cmd[0], devices=gpu_devices(stack, cs))
+        return DockerForm(run=run, image=image,
                           url=url, ready=f"{url}/health", metrics=_api(url))
     if mode == "proxy":
         raise LayerbenchError("stack kserve: mode proxy has no docker form (it needs a second server container "
@@ -81,7 +107,8 @@ def kserve(stack: Stack, cs: ClusterSettings, name: str, label: str, files: dict
     container = runtime["spec"]["containers"][0]
     args = [a.replace("{{.Name}}", name) for a in container["args"]] + isvc["spec"]["predictor"]["model"]["args"]
     url = f"http://127.0.0.1:{POD_PORT}{OPENAI_PREFIX}"
-    return DockerForm(run=server(name, cs, cs.kserve_hf_image, args, HF_RUNTIME_HOME, {}), image=cs.kserve_hf_image,
+    run = server(name, cs, cs.kserve_hf_image, args, HF_RUNTIME_HOME, {}, devices=gpu_devices(stack, cs))
+    return DockerForm(run=run, image=cs.kserve_hf_image,
                       url=url, ready=f"http://127.0.0.1:{POD_PORT}/v1/models/{name}", metrics=_api(url))
 
 
@@ -90,7 +117,8 @@ def ray(stack: Stack, cs: ClusterSettings, name: str, label: str, files: dict[st
     config = {"http_options": {"host": "127.0.0.1", "port": SERVE_PORT}, **serve_config(stack, cs)}
     files[f"{label}-ray-serve.yaml"] = yaml.safe_dump(config, sort_keys=False)
     run = server(name, cs, cs.ray_image, ["serve", "run", "/home/ray/serve.yaml"], RAY_HF_HOME,
-                 {"RAY_USAGE_STATS_ENABLED": "0"}, mounts=(f"$RUN_DIR/{label}-ray-serve.yaml:/home/ray/serve.yaml:ro",))
+                 {"RAY_USAGE_STATS_ENABLED": "0"}, mounts=(f"$RUN_DIR/{label}-ray-serve.yaml:/home/ray/serve.yaml:ro",),
+                 devices=gpu_devices(stack, cs))
     url = f"http://127.0.0.1:{SERVE_PORT}"
     # the ingress answers before the engine replica is up: ready means a real completion goes through; Ray's
     # metrics agent is in the container's network namespace, as the local stack reads it
@@ -104,7 +132,8 @@ def triton(stack: Stack, cs: ClusterSettings, name: str, label: str, files: dict
     for path, text in repository_files(stack, cs).items():
         files[f"{label}-triton-repo/{path}"] = text
     run = server(name, cs, cs.triton_image, ["tritonserver", *server_args("/models", "127.0.0.1")], ROOT_HF_HOME,
-                 {"LC_ALL": "C.UTF-8"}, mounts=(f"$RUN_DIR/{label}-triton-repo:/models",))
+                 {"LC_ALL": "C.UTF-8"}, mounts=(f"$RUN_DIR/{label}-triton-repo:/models",),
+                 devices=gpu_devices(stack, cs))
     url = f"http://127.0.0.1:{HTTP_PORT}"
     return DockerForm(run=run, image=cs.triton_image, url=url, ready=f"{url}/v2/models/{served_name(cs)}/ready",
                       metrics={**_api(url), "triton_metrics": f"http://127.0.0.1:{HTTP_PORT + 2}/metrics"},

@@ -23,6 +23,7 @@ from stacks.k8s.images import (
     LOAD_IMAGE_PLACEHOLDER,
     default_engine_version,
     known_vllm,
+    release,
 )
 
 _QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?$"  # a Kubernetes resource quantity
@@ -66,7 +67,7 @@ class ClusterSettings(BaseModel):
     k8s_version: str = Field("1.33", pattern=r"^1\.\d+$", description="Kubernetes version the built-in "
                              "objects are validated against (kubernetes-validate)")
     ray_image: str = Field(DEFAULT_RAY_IMAGE, description="Ray Serve LLM image (tags: "
-                           "<ray version>-py<python>-cu<cuda>); bare vLLM runs the vLLM it bundles")
+                           "<ray version>-py312-cu130); bare vLLM runs the vLLM it bundles")
     triton_image: str = Field(DEFAULT_TRITON_IMAGE, description="Triton with vLLM and the Python backend "
                               "(<yy.mm>-vllm-python-py3); preflight reads its vLLM, which bare vLLM then runs")
     kserve_hf_image: str = Field(DEFAULT_KSERVE_HF_IMAGE, description="KServe's Hugging Face runtime (mode "
@@ -83,6 +84,9 @@ class ClusterSettings(BaseModel):
     shm_size: str = Field("8Gi", pattern=_QUANTITY, description="memory-backed /dev/shm of engine pods")
     results_pvc: str | None = Field(None, description="PVC the load Job writes its results to (else an emptyDir, "
                                     "which lives as long as the Job's pod)")
+    check_driver: bool = Field(True, description="refuse, before any image is pulled, a GPU whose NVIDIA driver is "
+                               "older than an engine image's CUDA needs (false: data-center GPUs running newer CUDA "
+                               "through the forward-compatibility package)")
 
 
 class Side(BaseModel):
@@ -156,5 +160,5 @@ def settle(cs: ClusterSettings, kind: str, mode: str | None, engine: EngineSetti
     else:
         how = {"version": default_engine_version(), "provisional": image is not None,
                "source": f"read from {image} at preflight" if image else "the local engine's pinned version"}
-    update["vllm_version"] = how["version"]
+    update["vllm_version"] = how["version"] = release(how["version"])
     return cs.model_copy(update=update), {**how, "stack_image": image}

@@ -1,10 +1,11 @@
 """Checks before the k8s target deploys anything, each failing with what to do about it (LayerbenchError, exit
-2): the cluster answers; for KServe its namespace exists and its default deployment mode is RawDeployment;
-the CRDs the run's custom resources need are installed and serve the version the plan uses, and the plan's
-objects pass those CRDs' own schemas; a node can give an engine pod its GPUs and the namespace's quota has room
-for a side's; the PVCs and Secrets the plan's pods use but the plan does not create exist. Then the probes
-(stacks/k8s/probes.py): every engine image's vLLM, the load image, the model in the HF-cache PVC. A check the
-kubeconfig's user may not make (403: nodes and CRDs need cluster-wide read) is a warning, not a failure."""
+2): the cluster answers; for KServe its namespace exists (a Serverless default is a warning: each InferenceService
+asks for RawDeployment); the CRDs the run's custom resources need are installed and serve the version the plan
+uses, and the plan's objects pass those CRDs' own schemas; a node can give an engine pod its GPUs, and its NVIDIA
+driver (GPU feature discovery's labels) runs the engine images' CUDA; the namespace's quota has room for a side's;
+the PVCs and Secrets the plan's pods use but the plan does not create exist. Then the probes (stacks/k8s/probes.py):
+every engine image's vLLM, the load image, the model in the HF-cache PVC. A check the kubeconfig's user may not
+make (403: nodes and CRDs need cluster-wide read) is a warning, not a failure."""
 
 from __future__ import annotations
 
@@ -22,11 +23,12 @@ from stacks.base import get_stack
 from stacks.crds import schema_of_crd
 from stacks.crds import validate as crd_validate
 from stacks.k8s.cluster import Cluster
+from stacks.k8s.driver_check import check_nodes
 from stacks.k8s.kubeapi import CUSTOM_PLURALS, api_error, unreachable
 from stacks.k8s.plan import ClusterSettings
 
 INSTALL = {"serving.kserve.io": "install KServe", "ray.io": "install the KubeRay operator"}
-RAW_MODES = ("RawDeployment", "Standard")  # KServe >= 0.15 calls RawDeployment "Standard"
+RAW_MODES = ("RawDeployment", "Standard")  # KServe >= 0.15 calls RawDeployment "Standard" (pkg/constants)
 ISVC_CONFIG = "inferenceservice-config"
 MODE_ANNOTATION = "serving.kserve.io/deploymentMode"
 GPU = "nvidia.com/gpu"
@@ -64,7 +66,12 @@ def deployment_mode(deploy: str) -> str | None:
         return m.group(1) if m else None
 
 
-def _check_kserve(cluster: Cluster, settings: ClusterSettings) -> None:
+def kserve_mode_fix(namespace: str) -> str:
+    return (f"set defaultDeploymentMode to RawDeployment in ConfigMap {namespace}/{ISVC_CONFIG}, key deploy "
+            f"(kubectl edit configmap {ISVC_CONFIG} -n {namespace}), and restart the KServe controller")
+
+
+def _check_kserve(cluster: Cluster, settings: ClusterSettings, warnings: list[str]) -> None:
     core, ns = k8s.CoreV1Api(cluster.api), settings.kserve_namespace
     if _read(core.read_namespace, ns) is None:
         raise LayerbenchError(f"namespace {ns} missing: KServe is not installed (stack kserve needs its controller "
@@ -76,11 +83,14 @@ def _check_kserve(cluster: Cluster, settings: ClusterSettings) -> None:
     mode = deployment_mode((cm.get("data") or {}).get("deploy", "")) or "Serverless (KServe's default when unset)"
     if mode in RAW_MODES:
         return
-    fix = (f"set defaultDeploymentMode to RawDeployment in ConfigMap {ns}/{ISVC_CONFIG}, key deploy "
-           f"(kubectl edit configmap {ISVC_CONFIG} -n {ns}), and restart the KServe controller")
-    # refused even though each InferenceService asks for RawDeployment by annotation: a controller left on
-    # Serverless without Knative and Istio is the setup in which the study's services stayed Ready=False
-    raise LayerbenchError(f"KServe's default deployment mode is {mode}: {fix}")
+    # KServe's own install ships Serverless (charts/kserve-resources/files/common/configmap.yaml), and the
+    # controller resolves each InferenceService's mode from its annotation first (pkg/constants ParseDeploymentMode:
+    # RawDeployment -> Standard), so a stock install runs these services; should the controller still go Knative
+    # (no Knative Serving: event ServerlessModeRejected), the wait stops with its reason and this fix
+    cluster.hints["InferenceService"] = f"if KServe ignored the annotation: {kserve_mode_fix(ns)}"
+    warnings.append(f"KServe's default deployment mode is {mode}; every InferenceService layerbench creates asks "
+                    f"for {MODE_ANNOTATION}: RawDeployment, which KServe honours. Should one still wait for Knative, "
+                    f"{kserve_mode_fix(ns)}")
 
 
 def _check_crds(cluster: Cluster, stacks: Iterable[str], objects: list[dict[str, Any]],
@@ -121,23 +131,28 @@ def _gpus(node: dict[str, Any]) -> int:
         return 0
 
 
-def _check_gpus(cluster: Cluster, gpus: int, warnings: list[str]) -> None:
+def _check_gpus(cluster: Cluster, gpus: int, warnings: list[str]) -> list[dict[str, Any]]:
+    """The nodes an engine pod of `gpus` GPUs can be scheduled on; refused when there is none."""
     try:
         nodes = (_read(k8s.CoreV1Api(cluster.api).list_node) or {}).get("items") or []
     except ApiException as e:
         if e.status != 403:
             raise LayerbenchError(f"cannot list nodes: {api_error(e)}") from None
-        warnings.append(f"cannot list nodes ({api_error(e)}): not checked that a node has {gpus} {GPU}")
-        return
-    seen = []
+        warnings.append(f"cannot list nodes ({api_error(e)}): not checked that a node has {gpus} {GPU}, nor its "
+                        "driver")
+        return []
+    seen, fit = [], []
     for node in nodes:
         cordoned = bool((node.get("spec") or {}).get("unschedulable"))
         ready = any(c.get("type") == "Ready" and c.get("status") == "True"
                     for c in (node.get("status") or {}).get("conditions") or [])
         if _gpus(node) >= gpus and ready and not cordoned:
-            return
+            fit.append(node)
+            continue
         state = " cordoned" if cordoned else ("" if ready else " not Ready")
         seen.append(f"{node['metadata']['name']} {_gpus(node)}{state}")
+    if fit:
+        return fit
     listed = ", ".join(seen[:8]) + (f", and {len(seen) - 8} more" if len(seen) > 8 else "")
     raise LayerbenchError(f"no node has {GPU} allocatable >= {gpus} (nodes: {listed or 'none'}): install the NVIDIA "
                           f"device plugin (or GPU Operator), uncordon a GPU node, or lower ClusterSettings.gpus")
@@ -207,8 +222,10 @@ def _check_references(cluster: Cluster, objects: list[dict[str, Any]]) -> None:
 
 
 def preflight(cluster: Cluster, settings: ClusterSettings, stacks: Iterable[str],
-              objects: Iterable[dict[str, Any]] = (), gpus_per_side: int = 0) -> list[str]:
-    """Runs every check for a run of `stacks` deploying `objects`; returns warnings, raises the first failure."""
+              objects: Iterable[dict[str, Any]] = (), gpus_per_side: int = 0,
+              engine_images: Iterable[str] = ()) -> list[str]:
+    """Runs every check for a run of `stacks` deploying `objects`, whose GPU pods run `engine_images`; returns
+    warnings, raises the first failure. Nothing here pulls an image."""
     stacks, objects = set(stacks), list(objects)
     warnings: list[str] = []
     check_reachable(cluster)
@@ -216,11 +233,13 @@ def preflight(cluster: Cluster, settings: ClusterSettings, stacks: Iterable[str]
         raise LayerbenchError(f"namespace {cluster.namespace} does not exist: create it (kubectl create namespace "
                               f"{cluster.namespace}) or set `namespace` in the cluster config")
     if "kserve" in stacks:
-        _check_kserve(cluster, settings)
+        _check_kserve(cluster, settings, warnings)
     _check_crds(cluster, stacks, objects, warnings)
     gpus = settings.gpus if settings.gpus is not None else 1  # unsettled: one engine rank
     if gpus:
-        _check_gpus(cluster, gpus, warnings)
+        nodes = _check_gpus(cluster, gpus, warnings)
+        if settings.check_driver:
+            check_nodes(nodes, list(dict.fromkeys(engine_images)), warnings)
     if gpus_per_side:
         _check_quota(cluster, gpus_per_side, f"a side ({settings.replicas} replica(s) x {settings.gpus} GPU(s))")
     _check_references(cluster, objects)

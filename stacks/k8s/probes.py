@@ -13,7 +13,7 @@ from rich.console import Console
 
 from harness.errors import LayerbenchError
 from stacks.k8s.common import container_security, labels, resources
-from stacks.k8s.images import LOAD_IMAGE_PLACEHOLDER, VERSION_PROBE, probe_version
+from stacks.k8s.images import LOAD_IMAGE_PLACEHOLDER, VERSION_PROBE, probe_version, release
 from stacks.k8s.plan import ClusterSettings, K8sPlan
 
 HARNESS_MARKER = "LAYERBENCH_HARNESS"
@@ -104,7 +104,8 @@ def judge(probe: Probe, log: str | None, failure: str | None, cs: ClusterSetting
     if f"{MODEL_MARKER} found" not in log:
         raise LayerbenchError(f"the HF cache PVC {cs.hf_cache_pvc} has no {cs.model} at revision {cs.model_revision} "
                               f"(no hub/models--{cs.model.replace('/', '--')}/snapshots/... with a config.json): "
-                              "download it onto the PVC first (huggingface-cli download with HF_HOME on it)")
+                              f"download it onto the PVC first, with HF_HOME on it: hf download {cs.model} --revision "
+                              f"{cs.model_revision} (huggingface_hub >= 1.0 has only the `hf` command)")
     return "found"
 
 
@@ -133,8 +134,8 @@ def run_probes(cluster: Any, found: list[Probe], cs: ClusterSettings, console: C
 
 def version_problem(plan: K8sPlan, versions: dict[str, str]) -> str | None:
     """A table of image -> vLLM when the plan's engines would not run the same version, else None."""
-    mine = {i: versions[i] for side in plan.sides for i in side.engine_images if i in versions}
-    if len(set(mine.values())) <= 1:
+    mine = {i: release(versions[i]) for side in plan.sides for i in side.engine_images if i in versions}
+    if len(set(mine.values())) <= 1:  # NVIDIA's 0.11.1+9114fd76.nv25.12 is release 0.11.1
         return None
     rows = []
     for side in plan.sides:

@@ -22,6 +22,7 @@ from stacks.k8s.common import (
     hub_ref,
     labels,
     metadata,
+    model_ref,
     object_name,
     resources,
     served_name,
@@ -91,6 +92,21 @@ def raw_objects(stack: Stack, cs: ClusterSettings, name: str) -> list[dict[str, 
     return [runtime, isvc]
 
 
+def hf_model_args(cs: ClusterSettings) -> list[str]:
+    """How KServe's Hugging Face runtime finds the model in the HF cache it reads offline. A revision that is a
+    commit: the snapshot directory, as --model_dir. The runtime's vLLM check reads the model's config with
+    AutoConfig.from_pretrained(model_id) and no revision (kserve python/huggingfaceserver/huggingfaceserver/vllm/
+    utils.py, infer_vllm_supported_from_model_architecture, at v0.20.0 and on master in 2026-08), which offline
+    needs refs/main, and a cache filled at a commit has no refs/ at all (huggingface_hub's snapshot_download writes
+    refs/<revision> only when the revision is not the commit itself). A local --model_dir is used in place
+    (kserve_storage's Storage.download returns a local path as it is) and handed to vLLM as its model. A branch or
+    tag: --model_id and --model_revision, resolved from refs/ (the vLLM check reads refs/main even then)."""
+    ref = model_ref(cs, HF_RUNTIME_HOME)
+    if ref.revision is None:
+        return [f"--model_dir={ref.model}"]
+    return [f"--model_id={ref.model}", f"--model_revision={ref.revision}"]
+
+
 def hf_objects(stack: Stack, cs: ClusterSettings, name: str) -> list[dict[str, Any]]:
     """[ServingRuntime, InferenceService] of the inprocess mode: KServe's Hugging Face runtime, vLLM in its
     process (--backend=vllm) with the baseline's engine flags, the model read from the HF cache."""
@@ -98,8 +114,8 @@ def hf_objects(stack: Stack, cs: ClusterSettings, name: str) -> list[dict[str, A
               "cpu": cs.cpu, "memory": cs.memory}
     runtime = template("kserve/servingruntime-huggingface.yaml", **values)
     isvc = template("kserve/inferenceservice-huggingface.yaml", **values)
-    isvc["spec"]["predictor"]["model"]["args"] = [f"--model_id={cs.model}", f"--model_revision={cs.model_revision}",
-                                                  "--backend=vllm", *gpu_engine_args(stack.settings)]
+    isvc["spec"]["predictor"]["model"]["args"] = [*hf_model_args(cs), "--backend=vllm",
+                                                  *gpu_engine_args(stack.settings)]
     return [runtime, isvc]
 
 

@@ -42,7 +42,7 @@ ENGINE_LOG_SIDECAR = ("until grep -rhE 'vLLM API server version|LLM engine \\(v[
 
 
 def ray_version(image: str) -> str:
-    """The Ray version of a Ray image's tag (rayproject/ray-llm:2.60.0-py311-cu128 -> 2.60.0), or ''."""
+    """The Ray version of a Ray image's tag (rayproject/ray-llm:2.60.0-py312-cu130 -> 2.60.0), or ''."""
     found = re.match(r"(\d+\.\d+\.\d+)", image.rpartition(":")[2])
     return found.group(1) if found else ""
 

@@ -17,6 +17,7 @@ from rich.console import Console
 from harness.errors import LayerbenchError
 from stacks.k8s import jobresults
 from stacks.k8s.cluster import Cluster
+from stacks.k8s.images import release
 from stacks.k8s.kubeapi import RUN_LABEL, JobFailed
 from stacks.k8s.plan import ClusterSettings, K8sPlan, Side
 from stacks.k8s.preflight import preflight, uses_cache
@@ -76,7 +77,7 @@ def _run_side(cluster: Cluster, side: Side, settings: ClusterSettings, out_dir: 
         record["nodes"] = sorted({str((p.get("spec") or {}).get("nodeName") or "?")
                                   for p in cluster.pods(side.engine_selector)})
         for label, other in versions.items():
-            if other.version != version.version:
+            if release(other.version) != release(version.version):
                 raise LayerbenchError(f"engine versions differ: {label} runs vLLM {other.version} ({other.source}), "
                                       f"{side.label} runs {version.version} ({version.source}); a compare needs "
                                       f"the same engine version on both sides")
@@ -123,8 +124,8 @@ def settle_versions(cluster: Cluster, plan: K8sPlan, settings: ClusterSettings, 
     cluster.delete(settings.delete_timeout_s, console)  # the probes' Jobs: gone before anything is deployed
     stack_image = plan.engine.get("stack_image")
     if plan.engine.get("provisional") and rerender and stack_image in versions and \
-            versions[stack_image] != plan.engine.get("version"):
-        measured = versions[stack_image]
+            release(versions[stack_image]) != plan.engine.get("version"):
+        measured = release(versions[stack_image])
         console.print(f"{stack_image} bundles vLLM {measured}: the baseline runs bare vLLM {measured}")
         plan = rerender(measured)
         extra = [p for p in probes(plan, settings, False) if p.what == "version" and p.image not in versions]
@@ -157,7 +158,8 @@ def run_plan(plan: K8sPlan, settings: ClusterSettings, out_dir: Path, console: C
     try:
         objects = [o for s in plan.sides for o in [*s.objects, s.load_job]]
         for warning in preflight(cluster, settings, {s.stack for s in plan.sides}, objects,
-                                 max((s.gpus for s in plan.sides), default=0)):
+                                 max((s.gpus for s in plan.sides), default=0),
+                                 [i for s in plan.sides for i in s.engine_images]):
             console.print(f"[yellow]warning:[/] {warning}")
         plan, images = settle_versions(cluster, plan, settings, console, allow_version_mismatch, rerender)
         summary["images"] = images

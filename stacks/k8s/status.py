@@ -16,6 +16,7 @@ _VERSION_LINES = (re.compile(r"vLLM API server version (\S+)"),
 _TAG_VERSION = re.compile(r"^v?(\d+\.\d+(?:\.\d+)?(?:[.+-][0-9A-Za-z.]+)?)$")
 # A container waiting for one of these is not on its way up: an image that cannot be pulled, a config that
 # cannot be built (missing Secret key), a process that keeps exiting. Waiting out the timeout would only hide it.
+KNATIVE_MODES = ("Knative", "Serverless")
 FATAL_WAITING = frozenset({
     "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
     "CreateContainerConfigError", "CreateContainerError", "RunContainerError", "CrashLoopBackOff",
@@ -50,6 +51,22 @@ def _generation_seen(obj: dict[str, Any]) -> bool:
     return seen is None or generation is None or seen >= generation
 
 
+def _knative(status: dict[str, Any]) -> str | None:
+    """Why an InferenceService will never serve without Knative, or None: the controller resolved a Knative
+    (formerly Serverless) deployment mode for it (status.deploymentMode; KServe pkg/constants: Serverless ->
+    Knative), or a condition names Knative or Serverless (without Knative Serving the controller rejects the
+    service: event ServerlessModeRejected, pkg/controller/v1beta1/inferenceservice/controller.go)."""
+    mode = status.get("deploymentMode")
+    if mode in KNATIVE_MODES:
+        return (f"KServe resolved deployment mode {mode} for it (status.deploymentMode), which needs Knative "
+                "Serving; layerbench asked for RawDeployment by annotation")
+    for c in status.get("conditions") or []:
+        text = " ".join(str(c.get(k) or "") for k in ("reason", "message"))
+        if c.get("status") != "True" and re.search(r"knative|serverless", text, re.I):
+            return f"KServe reports {_cond_text(c, str(c.get('type')))}, which needs Knative Serving"
+    return None
+
+
 def readiness(kind: str, obj: dict[str, Any]) -> Readiness:
     status = obj.get("status") or {}
     if kind == "Deployment":
@@ -63,6 +80,8 @@ def readiness(kind: str, obj: dict[str, Any]) -> Readiness:
             detail += f"; {_cond_text(failure, 'ReplicaFailure')}"
         return Readiness(current and have >= want and updated >= want, detail)
     if kind == "InferenceService":
+        if knative := _knative(status):
+            return Readiness(False, "waits for Knative", fatal=knative)
         model = status.get("modelStatus") or {}
         if model.get("transitionStatus") in ("BlockedByFailedLoad", "InvalidSpec"):
             info = model.get("lastFailureInfo") or {}

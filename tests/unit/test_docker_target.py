@@ -10,7 +10,9 @@ import subprocess
 import pytest
 import yaml
 
+from harness import gpus
 from harness.cli.main import main
+from harness.errors import LayerbenchError
 from harness.profile import load_profile
 from stacks.base import DeploySettings, get_stack
 from stacks.k8s.common import gpu_engine_args
@@ -26,6 +28,13 @@ def settings(**kw) -> ClusterSettings:
 
 PROFILE = load_profile("quick")
 CS = settings()
+COMMIT = "7ae557604adf67be50417f59c2c2f167def9a775"
+
+
+@pytest.fixture(autouse=True)
+def rendered_away_from_the_gpu_host(monkeypatch):
+    """No GPU host here unless a test says so (another test may have left a fake one cached)."""
+    monkeypatch.setattr(gpus, "host_gpus", lambda: None)
 
 
 def render(kind: str, command: str = "compare", cs: ClusterSettings = CS, **options):
@@ -39,11 +48,11 @@ def image_args(argv: list[str], image: str) -> list[str]:
 
 @pytest.mark.parametrize(("kind", "options", "image", "baseline"), [
     ("vllm", {}, "vllm/vllm-openai:v0.32.0", "0.32.0"), ("ray", {}, CS.ray_image, "0.29.0"),
-    ("triton", {}, CS.triton_image, "0.32.0"), ("kserve", {}, "vllm/vllm-openai:v0.32.0", "0.32.0"),
+    ("triton", {}, CS.triton_image, "0.11.1"), ("kserve", {}, "vllm/vllm-openai:v0.32.0", "0.32.0"),
     ("kserve", {"mode": "inprocess"}, CS.kserve_hf_image, "0.24.0")])
 def test_every_stack_renders_valid_commands(kind, options, image, baseline):
-    """The baseline runs the vLLM its stack's image bundles (Ray 2.60: 0.29.0, KServe 0.21's runtime: 0.24.0;
-    Triton's is read at preflight, the local engine's until then)."""
+    """The baseline runs the vLLM its stack's image bundles (Ray 2.60: 0.29.0, KServe 0.21's runtime: 0.24.0,
+    Triton 25.12: NVIDIA's build of 0.11.1); each server gets the first GPU by its index."""
     plan = render(kind, **options)
     assert [(s.label, s.stack) for s in plan.sides] == [("baseline", "vllm"), ("stack", kind)]
     assert command_problems(plan, CS) == []
@@ -53,7 +62,7 @@ def test_every_stack_renders_valid_commands(kind, options, image, baseline):
         assert s.load[s.load.index("--network") + 1] == f"container:{s.server}"
         assert not any(a == "host" or a.endswith("=host") for a in s.run + s.load)  # no host network, pid, ipc
         assert "-p" not in s.run and "--publish" not in s.run and "--privileged" not in s.run
-        assert s.run[s.run.index("--gpus") + 1] == "1"
+        assert s.run[s.run.index("--gpus") + 1] == '"device=0"'
     text = script(plan, CS, f"compare --stack {kind}")
     assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0  # the script parses
     assert text.index(base.server) < text.index(side.server)  # the baseline first, one GPU
@@ -101,6 +110,43 @@ def test_kserve_inprocess_loads_through_kserves_openai_routes():
     side = render("kserve", mode="inprocess").sides[1]
     assert side.load[side.load.index("--url") + 1] == "http://127.0.0.1:8080/openai"
     assert "--backend=vllm" in side.run and "--model_id=Qwen/Qwen2.5-0.5B-Instruct" in side.run
+
+
+def test_kserve_inprocess_serves_a_commit_from_its_snapshot_directory():
+    """Offline, KServe's vLLM check reads the config by repo id without a revision (refs/main), which a cache
+    filled at a commit lacks: the runtime gets the snapshot directory inside the mounted cache."""
+    side = render("kserve", cs=settings(model_revision=COMMIT), mode="inprocess").sides[1]
+    args = image_args(side.run, side.image)
+    snapshot = f"/mnt/hf-cache/hub/models--Qwen--Qwen2.5-0.5B-Instruct/snapshots/{COMMIT}"
+    assert f"--model_dir={snapshot}" in args and args.index(f"--model_dir={snapshot}") < args.index("--backend=vllm")
+    assert not [a for a in args if a.startswith(("--model_id", "--model_revision"))]
+    assert "$HF_CACHE:/mnt/hf-cache:ro" in side.run  # the whole cache: the snapshot's symlinks resolve
+
+
+@pytest.mark.parametrize("kind", ["vllm", "ray", "triton", "kserve"])
+def test_each_server_gets_exactly_the_gpus_named(kind):
+    """GPUS=2,3 (engine.gpus) with tensor parallelism 2: docker's device list names them, quoted as one CSV
+    value (`--gpus 2` would take GPUs 0 and 1)."""
+    engine = PROFILE.engine.model_copy(update={"gpus": [2, 3], "tensor_parallel_size": 2})
+    s = get_stack(kind)(DeploySettings(engine=engine, target="docker"))
+    plan = render_docker(s, PROFILE.model_copy(update={"engine": engine}), CS, RUN, "compare", repeats=1)
+    for side in plan.sides:
+        assert side.run[side.run.index("--gpus") + 1] == '"device=2,3"'
+    start = f"docker run -d --name {plan.sides[1].server}"
+    argv = shlex.split(next(x for x in script(plan, CS, "t").splitlines() if x.startswith(start)))
+    assert argv[argv.index("--gpus") + 1] == '"device=2,3"'  # what bash hands docker
+
+
+def test_on_the_gpu_host_the_devices_are_checked_against_it(monkeypatch):
+    host = gpus.GpuHost(gpus=tuple(gpus.Gpu(i, "NVIDIA H100 80GB HBM3", f"GPU-{i}", 81559) for i in range(4)),
+                        driver="580.95.05", cuda="13.0", cuda_visible_devices="1,3")
+    monkeypatch.setattr(gpus, "host_gpus", lambda: host)
+    plan = render("vllm", command="run")  # no GPUS=: the first one CUDA_VISIBLE_DEVICES leaves
+    assert plan.sides[0].run[plan.sides[0].run.index("--gpus") + 1] == '"device=1"'
+    engine = PROFILE.engine.model_copy(update={"gpus": [7]})
+    s = get_stack("vllm")(DeploySettings(engine=engine, target="docker"))
+    with pytest.raises(LayerbenchError, match="GPUS names GPU 7, which does not exist"):
+        render_docker(s, PROFILE, CS, RUN, "run")
 
 
 @pytest.mark.parametrize(("where", "flag", "problem"), [

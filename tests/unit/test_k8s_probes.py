@@ -26,7 +26,7 @@ LOAD = "registry.test/layerbench:1"
 PROFILE = load_profile("quick")
 # what a registry holds: each image and the vLLM inside it (the harness image has none)
 REGISTRY = {"vllm/vllm-openai:v0.32.0": "0.32.0", "vllm/vllm-openai:v0.29.0": "0.29.0",
-            "vllm/vllm-openai:v0.30.1": "0.30.1", DEFAULT_RAY_IMAGE: "0.29.0", DEFAULT_TRITON_IMAGE: "0.30.1",
+            "vllm/vllm-openai:v0.30.1": "0.30.1", DEFAULT_RAY_IMAGE: "0.29.0",
             DEFAULT_KSERVE_HF_IMAGE: "0.24.0", LOAD: "harness"}
 
 
@@ -87,19 +87,35 @@ def test_the_default_set_is_consistent_and_its_baseline_follows_the_stack(tmp_pa
         assert "deployments" in applied(emu)  # past preflight: the baseline was deployed
 
 
+NEWER_TRITON = "nvcr.io/nvidia/tritonserver:26.07-vllm-python-py3"
+
+
 def test_a_provisional_baseline_is_rendered_again_for_the_stack_images_vllm(tmp_path):
-    """Triton's image is not known to bundle a version: its probe says 0.30.1, and bare vLLM 0.30.1 is run."""
-    with cluster() as emu:
-        p, _ = plan("triton", ClusterSettings(load_image=LOAD))
-        assert p.engine["provisional"] and p.engine["stack_image"] == DEFAULT_TRITON_IMAGE
+    """A Triton image not known to bundle a version: its probe says NVIDIA's 0.30.1+...nv26.7 build, and bare
+    vLLM 0.30.1 (the release) is run; the two count as the same engine version."""
+    cs = ClusterSettings(load_image=LOAD, triton_image=NEWER_TRITON)
+    with cluster(images={**REGISTRY, NEWER_TRITON: "0.30.1+092c4842.nv26.7.57386851"}) as emu:
+        p, _ = plan("triton", cs)
+        assert p.engine["provisional"] and p.engine["stack_image"] == NEWER_TRITON
         with pytest.raises(LayerbenchError, match="RESULTS"):  # the sides deploy; their loads return no results
-            run(emu, "triton", ClusterSettings(load_image=LOAD), tmp_path)
+            run(emu, "triton", cs, tmp_path)
         engines = [c["image"] for o in emu.created if o["kind"] == "Deployment"
                    for c in o["spec"]["template"]["spec"]["containers"]]
         assert engines[0] == "vllm/vllm-openai:v0.30.1"  # the baseline, rendered again for Triton's vLLM
         probed = {c["image"] for o in emu.created if o["kind"] == "Job" and "probe" in o["metadata"]["name"]
                   for c in o["spec"]["template"]["spec"]["containers"]}
-        assert {"vllm/vllm-openai:v0.32.0", "vllm/vllm-openai:v0.30.1", DEFAULT_TRITON_IMAGE, LOAD} <= probed
+        assert {"vllm/vllm-openai:v0.32.0", "vllm/vllm-openai:v0.30.1", NEWER_TRITON, LOAD} <= probed
+
+
+def test_the_default_triton_bundles_nvidias_build_of_a_release_the_baseline_runs(tmp_path):
+    with cluster(images={**REGISTRY, "vllm/vllm-openai:v0.11.1": "0.11.1",
+                         DEFAULT_TRITON_IMAGE: "0.11.1+9114fd76.nv25.12.cu131"}) as emu:
+        p, _ = plan("triton", ClusterSettings(load_image=LOAD))
+        assert p.engine["version"] == "0.11.1" and not p.engine["provisional"]
+        assert p.sides[0].engine_images == ["vllm/vllm-openai:v0.11.1"]
+        with pytest.raises(LayerbenchError, match="RESULTS"):  # past the version check: both sides deployed
+            run(emu, "triton", ClusterSettings(load_image=LOAD), tmp_path)
+        assert "deployments" in applied(emu)
 
 
 @pytest.mark.parametrize(("cs", "registry", "message"), [

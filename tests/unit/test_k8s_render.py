@@ -138,7 +138,7 @@ def test_rayservice_has_the_local_serve_shape():
     head = containers(cluster["headGroupSpec"]["template"]["spec"])["ray-head"]
     (group,) = cluster["workerGroupSpecs"]
     worker = containers(group["template"]["spec"])["ray-worker"]
-    assert head["image"] == worker["image"] == "rayproject/ray-llm:2.60.0-py311-cu128"
+    assert head["image"] == worker["image"] == "rayproject/ray-llm:2.60.0-py312-cu130"
     assert "nvidia.com/gpu" not in head["resources"]["limits"]
     assert worker["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (1, 1, 1)
