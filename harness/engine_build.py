@@ -21,6 +21,11 @@ from dataclasses import asdict, dataclass
 from harness.errors import LayerbenchError
 
 VLLM_VERSION = "0.32.0"  # both sides of every compare; the Makefile reads this line
+# CUDA major -> the oldest driver branch that runs a build of any minor of it: "CUDA 13.x >= 580, CUDA 12.x >= 525,
+# CUDA 11.x >= 450" (NVIDIA, CUDA Compatibility, Minor Version Compatibility, Table 1:
+# https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html). The one table of floors:
+# setup's build choice and the k8s/docker image checks (stacks/k8s/driver_check.py) both read it.
+DRIVER_FLOOR = {13: 580, 12: 525, 11: 450}
 
 
 @dataclass(frozen=True)
@@ -39,14 +44,13 @@ class CudaVariant:
 # release cu129 and cu130 wheels", maintainer in https://github.com/vllm-project/vllm/issues/42756).
 # The variant's index is https://wheels.vllm.ai/<version>/<variant> (vllm-project/vllm#50822, which replaces the
 # old GitHub release-asset URLs that 404 for missing variants; used as such in vllm#43847 and vllm#44335).
-# Driver floors: "CUDA 13.x >= 580, CUDA 12.x >= 525" (NVIDIA, CUDA Compatibility, Minor Version Compatibility:
-# https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html); a 12.x build on a driver
-# older than its own toolkit's runs "with limited feature-set" (no PTX JIT) there, which vLLM's compiled kernels
-# do not need (PyTorch's maintainers ran cu128 builds on driver 550.127: pytorch/pytorch#155141).
+# Driver floors from DRIVER_FLOOR; a 12.x build on a driver older than its own toolkit's runs "with limited
+# feature-set" (no PTX JIT) there, which vLLM's compiled kernels do not need (PyTorch's maintainers ran cu128
+# builds on driver 550.127: pytorch/pytorch#155141).
 CUDA_VARIANTS = {
     "0.32.0": (
-        CudaVariant("cu130", (13, 0), 580, "", None, None),
-        CudaVariant("cu129", (12, 9), 525, "+cu129", "https://wheels.vllm.ai/{version}/cu129",
+        CudaVariant("cu130", (13, 0), DRIVER_FLOOR[13], "", None, None),
+        CudaVariant("cu129", (12, 9), DRIVER_FLOOR[12], "+cu129", "https://wheels.vllm.ai/{version}/cu129",
                     "https://download.pytorch.org/whl/cu129"),
     ),
 }

@@ -14,13 +14,11 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from harness.engine_build import DRIVER_FLOOR
 from harness.errors import LayerbenchError
 from stacks.k8s.images import image_cuda
 
-# CUDA major -> the oldest driver branch that runs every minor of it. NVIDIA, "CUDA Compatibility: Minor Version
-# Compatibility", Table 1 (https://docs.nvidia.com/deploy/cuda-compatibility/minor-version-compatibility.html):
-# CUDA 13.x >= 580, CUDA 12.x >= 525, CUDA 11.x >= 450.
-DRIVER_FLOOR = {13: 580, 12: 525, 11: 450}
+# where the floors (harness.engine_build.DRIVER_FLOOR, shared with setup's build choice) come from, for messages
 FLOOR_SOURCE = "CUDA minor-version compatibility, docs.nvidia.com/deploy/cuda-compatibility"
 # GPU feature discovery's driver labels (NVIDIA/k8s-device-plugin internal/lm/nvml.go): the current names, then the
 # deprecated ones that older GFD releases set (nvidia.com/cuda.driver.major, .minor, .rev)
