@@ -6,7 +6,16 @@
   per step time, derived from the tiny model's files (linked, not copied);
 - a Hugging Face repo id (`engine.revision`: a branch, tag or commit; default main), resolved into the HF cache
   with huggingface_hub: every engine then gets the repo id and the *commit* it resolved to, reads the cache
-  offline, and so serves exactly those files, on both sides and behind every stack;
+  offline, and so serves exactly those files, on both sides and behind every stack. A cache filled at a commit
+  has no `refs/` (huggingface_hub names a commit in `refs/<revision>` only for a branch or tag:
+  `_cache_commit_hash_for_specific_revision`, huggingface/huggingface_hub src/huggingface_hub/file_download.py),
+  so offline it answers only a reader that passes that commit. Every local engine runs with HF_HUB_OFFLINE=1 and
+  gets the commit (vLLM's `--revision`; AsyncEngineArgs' `revision` in Triton's model, KServe's in-process
+  server and Ray Serve LLM's engine_kwargs), and vLLM, offline, swaps the repo id for that commit's snapshot
+  directory before it loads anything (vllm/engine/arg_utils.py, "HF_HUB_OFFLINE is True, replace model_id"): a
+  layer that reads config.json again from vLLM's model name, as Ray Serve LLM's apply_checkpoint_info did with
+  no revision before ray-project/ray#62962, reads that snapshot too. A layer handed the repo id by any other
+  road must get the snapshot directory (ServedModel.path) instead;
 - a local directory with a config.json.
 `tiny` and `gpu-like` are for hosts without a GPU; a model is refused where it cannot fit."""
 
@@ -124,8 +133,11 @@ def _hub(repo_id: str, revision: str | None, fetch: bool) -> ServedModel:
             return unresolved  # a dry run downloads nothing: the compare will
         raise LayerbenchError(
             f"{repo_id} at revision {requested} is not in the Hugging Face cache ({cache}) and HF_HUB_OFFLINE is "
-            "set: download it where the hub is reachable (`huggingface-cli download "
-            f"{repo_id} --revision {requested}`) into this cache, or unset HF_HUB_OFFLINE") from None
+            # `hf`, the CLI of huggingface_hub >= 1.0, which removed `huggingface-cli` (huggingface/huggingface_hub
+            # #3404); `hf download REPO_ID --revision R --cache-dir D` (src/huggingface_hub/cli/download.py)
+            "set: download it where the hub is reachable (`hf download "
+            f"{repo_id} --revision {requested} --cache-dir {cache}`) and copy that cache here, or unset "
+            "HF_HUB_OFFLINE") from None
     except GatedRepoError:
         raise LayerbenchError(f"{repo_id} is gated on the Hugging Face hub: accept its terms there and set "
                               "HF_TOKEN") from None
