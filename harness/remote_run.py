@@ -70,7 +70,8 @@ def conclude(run_dir: Path, status: str | None = None, error: str | None = None)
         summary.cluster = {**(summary.cluster or {}), **{k: rec.get(k) for k in ("context", "server", "namespace",
                                                                                   "images")}}
     for label, info in sides.items():  # the cluster's record: each side's images and nodes, for the report
-        summary.cluster = {**(summary.cluster or {}), label: {k: info.get(k) for k in ("images", "nodes", "stack")}}
+        keep = ("images", "nodes", "stack", "gpu_telemetry")  # gpu_telemetry: the dcgm-exporter scraped, or none
+        summary.cluster = {**(summary.cluster or {}), label: {k: info.get(k) for k in keep}}
     summary = assemble(run_dir, summary, profile, sides, plan.get("note"), plan.get("allow_mismatch", False))
     if status and status != "complete":
         summary.status = status

@@ -41,7 +41,7 @@ from harness.schemas import (
     level_text,
 )
 from harness.split import Split
-from stacks.base import Stack
+from stacks.base import MODEL_DIR, Stack
 
 
 def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunSummary,
@@ -79,6 +79,16 @@ def progress_bars(console: Console) -> Progress:
                     TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[errors]}"), console=console)
 
 
+def whose_tokenizer(stack: Stack) -> str:
+    """Whose tokenizer.json the stack's model_path holds: the served model's where the stack serves from there or
+    was pointed at the served model's files (an endpoint's --opt tokenizer), else the generated tiny model's."""
+    if stack.loads_model or stack.settings.model_path != MODEL_DIR:
+        return "the served model's"
+    if stack.kind == "endpoint":
+        return "the tiny model's, not the server's own unless it serves the tiny model: --opt tokenizer=DIR names it"
+    return "the tiny model's"
+
+
 class SweepRun:
     """One side's sweep in progress: what it sends with, what watches it, and what it has written so far."""
 
@@ -108,6 +118,7 @@ class SweepRun:
         summary.scrape_policy, summary.warmup_sweep = profile.scrape, profile.warms_every_level()
         summary.shared_prefix = profile.prefix is not None or profile.sessions is not None  # reuse is meant
         summary.gpu_telemetry, summary.devices = telemetry_note(stack.settings.devices), list(stack.settings.devices)
+        summary.tokenizer = gen.counted_with(whose_tokenizer(stack))
         self.labels: dict[int, str] = {os.getpid(): "load client"}
         self.first_waves: dict[int, list[RequestRecord]] = {}  # calibrate: each level's warmup wave
         self.current = 0.0  # the level being measured (its whole, where this process sends a part of it)

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 import httpx
@@ -23,6 +24,10 @@ class EndpointOptions(NoOptions):
         "api=<url>/metrics); the k8s and docker targets name the layer's own ports here")
     aliases: str | None = Field(None, description="prefixes the layer puts in place of `vllm:`, separated by commas "
                                 "(Ray Serve: ray_vllm_)")
+    tokenizer: str | None = Field(
+        None, description="the served model's tokenizer, which counts prompt lengths: a directory holding its "
+        "tokenizer.json (an HF cache snapshot, <hub>/models--org--name/snapshots/<commit or branch>), or that file; "
+        "refused when it has none (default: the tiny model's; the k8s and docker targets name the served model's)")
 
     @field_validator("metric_endpoints")
     @classmethod
@@ -34,6 +39,30 @@ class EndpointOptions(NoOptions):
                     raise ValueError("metric_endpoints takes name=http://host:port/path pairs separated by "
                                      f"commas, got {pair!r}")
         return v
+
+
+def tokenizer_dir(value: str) -> Path:
+    """The directory holding the tokenizer.json that --opt tokenizer names. A snapshot named by a branch or tag
+    (<repo dir>/snapshots/main) is the commit the cache's <repo dir>/refs/main holds, as huggingface_hub lays out its
+    cache (https://huggingface.co/docs/huggingface_hub/guides/manage-cache). LayerbenchError when there is none:
+    prompts counted at 4 characters a token would not be in the served model's tokens."""
+    path = Path(value).expanduser()
+    if path.name == "tokenizer.json":
+        path = path.parent
+    try:
+        if not path.exists() and path.parent.name == "snapshots":
+            ref = path.parent.parent / "refs" / path.name
+            if ref.is_file():
+                path = path.parent / ref.read_text().strip()
+        found = (path / "tokenizer.json").is_file()
+    except OSError as e:
+        raise LayerbenchError(f"stack endpoint: --opt tokenizer={value}: {path} cannot be read ({e.strerror or e}): "
+                              "the load's user needs read access to the HF cache") from None
+    if not found:
+        raise LayerbenchError(f"stack endpoint: --opt tokenizer={value}: no tokenizer.json in {path}; fetch the served "
+                              "model into that HF cache at the served revision (hf download ORG/NAME --revision REV), "
+                              "or name a directory that holds the served model's tokenizer.json")
+    return path
 
 
 @register
@@ -52,6 +81,8 @@ class EndpointStack(Stack):
         super().__init__(settings)
         if self.options.protocol == "triton" and not self.options.model:
             raise LayerbenchError("stack endpoint: protocol triton needs the model's name: --opt model=NAME")
+        if self.options.tokenizer:  # the load sizes prompts with model_path's tokenizer.json (harness.sweep)
+            self.settings = settings.model_copy(update={"model_path": tokenizer_dir(self.options.tokenizer)})
 
     def baseline(self) -> Stack | None:
         return None  # a server layerbench did not start: no version-matched bare vLLM to set beside it

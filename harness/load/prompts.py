@@ -40,6 +40,9 @@ class Request:
     input_tokens: int  # the length asked for (the engine's usage says what it counted)
 
 
+NO_TOKENIZER = "4 characters a token (no tokenizer.json found): input lengths are not in the served model's tokens"
+
+
 class PromptGenerator:
     """Builds each request of a profile. With the model's tokenizer.json lengths are fitted by real token counts;
     without one, ~4 characters per token are assumed (usage reports the truth). `stack` keys the prompts of one
@@ -51,10 +54,12 @@ class PromptGenerator:
         self.run_id, self.stack, self.input_tokens = run_id, stack, input_tokens
         self.output_tokens, self.groups, self.sessions = output_tokens, prefix, sessions
         self._tokenizer = None
+        self.tokenizer_path: Path | None = None  # the tokenizer.json that counts, None: 4 characters a token
         if tokenizer_path is not None and Path(tokenizer_path).exists():
             from tokenizers import Tokenizer
 
             self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
+            self.tokenizer_path = Path(tokenizer_path)
         self._entries: list[Entry] = load_dataset(dataset, self.count_tokens, max_len, self.longest_output(),
                                                   str(tokenizer_path) if self._tokenizer else "chars").entries \
             if dataset else []
@@ -69,6 +74,10 @@ class PromptGenerator:
         return cls(run_id, key, profile.input_tokens, tokenizer_path, output_tokens=profile.output_tokens,
                    prefix=profile.prefix, dataset=profile.dataset, max_len=profile.engine.max_model_len,
                    sessions=profile.sessions)
+
+    def counted_with(self, whose: str) -> str:
+        """What the run summary says counted prompt lengths: the tokenizer.json and whose it is, or NO_TOKENIZER."""
+        return f"{self.tokenizer_path} ({whose})" if self.tokenizer_path is not None else NO_TOKENIZER
 
     def count_tokens(self, text: str) -> int:
         if self._tokenizer is None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from harness.analysis.latency_split import hidden, lagging, split
 from harness.analysis.prefix_cache import hit_rates, reused
+from harness.load.prompts import NO_TOKENIZER
 from harness.load.topology import cores_sentence
 from harness.reporting.document import Table, write_document
 from harness.reporting.emulation_report import step_line, step_table, step_warnings
@@ -99,7 +100,7 @@ def model_line(s: CompareSummary) -> list[str]:
     """What both sides served, and where: the line that tells a real-model GPU run from a CPU smoke test."""
     m = s.model
     if m is None:
-        return []
+        return tokenizer_line(s)
     if s.target != "local":
         where = f"on the {'cluster' if s.target == 'k8s' else 'docker host'}'s GPUs"
     elif s.devices and s.gpu_host:
@@ -108,7 +109,16 @@ def model_line(s: CompareSummary) -> list[str]:
                  f"), tensor_parallel_size {len(s.devices)}")
     else:
         where = "on this host's CPU (no GPU)"
-    return [f"served: **{m.text()}** ({MODEL_WORDS[m.source]}) {where}, the same on both sides"]
+    return [f"served: **{m.text()}** ({MODEL_WORDS[m.source]}) {where}, the same on both sides", *tokenizer_line(s)]
+
+
+def tokenizer_line(s: CompareSummary) -> list[str]:
+    """What counted the prompts' lengths, as each side's load recorded it (RunSummary.tokenizer)."""
+    notes = sorted({r.tokenizer for r in s.runs.values() if r.tokenizer})
+    if not notes:
+        return []
+    text = f"prompt lengths counted with {' and '.join(notes)}"
+    return [f"**{text}**" if NO_TOKENIZER in notes else text]
 
 
 def target_line(s: CompareSummary) -> list[str]:
@@ -126,8 +136,11 @@ def target_line(s: CompareSummary) -> list[str]:
     pods = c.get("pods") or {}
     counts = "; ".join(f"{label}: " + ", ".join(f"pod {p['pod']} sent {p['sent']} recorded {p['recorded']}"
                                                 for p in ps) for label, ps in pods.items() if len(ps) > 1)
+    gpus = {label: t for label in ("baseline", "stack") if (t := (c.get(label) or {}).get("gpu_telemetry"))}
+    telemetry = ([f"GPU telemetry: {next(iter(gpus.values()))}"] if len(set(gpus.values())) == 1 else
+                 ["GPU telemetry: " + "; ".join(f"{label}: {t}" for label, t in gpus.items())] if gpus else [])
     return [f"target: **{s.target}**" + (f" ({where})" if where else "") + "; " + "; ".join(sides)
-            + (f"; load pods: {counts}" if counts else "")]
+            + (f"; load pods: {counts}" if counts else ""), *telemetry]
 
 
 def _where_it_went(s: CompareSummary) -> list[str]:

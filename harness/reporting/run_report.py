@@ -75,6 +75,7 @@ def summary_markdown(summary: RunSummary, meta: dict) -> str:
         f"- applied: max_model_len={a.max_model_len}, KV cache tokens={a.kv_cache_tokens}, "
         f"max concurrency={a.max_concurrency}x at {a.max_concurrency_at_tokens} tokens/request",
         f"- host: {meta.get('host', {}).get('cpus')} CPUs, git {meta.get('git')}",
+        *([f"- prompt lengths counted with {summary.tokenizer}"] if summary.tokenizer else []),
         f"- metric scrapes: {summary.scrapes} ({scrape_policy_text(summary.scrape_policy)}), gaps: "
         f"{summary.scrape_gaps}" + "".join(f", {k} {v}" for k, v in summary.scrape_gap_reasons.items())
         + f"; a scrape took {fmt(summary.scrape_ms.p50)} ms p50, {fmt(summary.scrape_ms.max)} max",

@@ -270,6 +270,7 @@ class RunSummary(BaseModel):
     layer_notes: dict[str, str] = {}  # the stack's own per-level figures (LevelSummary.server.layer): what each is
     gpu_telemetry: str | None = None  # how the GPU figures were read (None: a host without GPUs)
     devices: list[int] = []  # the GPUs the deployment was given; [] on a host without GPUs
+    tokenizer: str | None = None  # what counted prompt lengths: "<tokenizer.json> (whose)", or 4 characters a token
     calibration: Calibration | None = None  # gpu-like: the levels this host held the emulated step at
     remeasured: int = 0  # interleaved compare: windows measured again because the other side was not idle
 

@@ -27,7 +27,7 @@ from stacks.k8s.driver_check import check_host, script_check
 from stacks.k8s.images import PROBE_MARKER, VERSION_PROBE
 from stacks.k8s.plan import ClusterSettings, settle
 from stacks.k8s.render import side_labels
-from stacks.k8s.render_load import load_command, profile_text
+from stacks.k8s.render_load import LOAD_HF_HOME, load_command, profile_text, tokenizer_dir
 
 PROFILE = "/etc/layerbench/profile.yaml"
 # docker options that would give a measured server or its client privileges or open it beyond its namespace
@@ -82,8 +82,10 @@ def render_docker(stack: Stack, profile: LoadProfile, cs: ClusterSettings, run_i
         side.load = ["docker", "run", "--rm", "--name", f"{side.server}-load", "--network", f"container:{side.server}",
                      "--user", "$LOAD_USER", "--read-only", "--tmpfs", "/tmp", "-e", "HOME=/tmp",
                      "--security-opt", "no-new-privileges", "--cap-drop", "ALL",
-                     "-v", f"$RUN_DIR/profile.yaml:{PROFILE}:ro", "-v", f"$RESULTS/{label}:/results", cs.load_image,
-                     "layerbench", *load_command(command, deployed.url, deployed, PROFILE, "/results", repeats)]
+                     "-v", f"$RUN_DIR/profile.yaml:{PROFILE}:ro", "-v", f"$RESULTS/{label}:/results",
+                     "-v", f"$HF_CACHE:{LOAD_HF_HOME}:ro", cs.load_image,  # the served model's tokenizer.json
+                     "layerbench", *load_command(command, deployed.url, deployed, PROFILE, "/results", repeats,
+                                                 tokenizer=tokenizer_dir(cs))]
         plan.sides.append(side)
     if cs.check_driver:  # on the GPU host itself: its driver against every engine image, before any pull
         check_host(host_info.host_gpus(), [s.engine_image for s in plan.sides])

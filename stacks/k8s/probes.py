@@ -31,9 +31,12 @@ class Probe:
 
 
 def model_probe_command(repo: str, revision: str) -> list[str]:
+    """found: the snapshot with its config.json and the tokenizer.json the load counts prompt lengths with;
+    no-tokenizer: the snapshot without the latter; missing: no snapshot."""
     code = (f"from pathlib import Path; from harness.doctor import cached_snapshot; "
             f"s = cached_snapshot(Path('{CACHE_MOUNT}/hub'), '{repo}', '{revision}'); "
-            f"print('{MODEL_MARKER}', 'found' if s else 'missing', '{repo}@{revision}')")
+            f"print('{MODEL_MARKER}', ('found' if (s / 'tokenizer.json').is_file() else 'no-tokenizer') if s "
+            f"else 'missing', '{repo}@{revision}')")
     return ["python3", "-c", code]
 
 
@@ -101,6 +104,11 @@ def judge(probe: Probe, log: str | None, failure: str | None, cs: ClusterSetting
             raise LayerbenchError(f"load_image {probe.image} is not layerbench's harness image (it has no `harness` "
                                   "package): build it from this checkout's Dockerfile")
         return "ok"
+    if f"{MODEL_MARKER} no-tokenizer" in log:
+        raise LayerbenchError(f"the HF cache PVC {cs.hf_cache_pvc} has {cs.model} at revision {cs.model_revision} "
+                              "but no tokenizer.json in its snapshot, which the load counts prompt lengths with: "
+                              f"download it onto the PVC, with HF_HOME on it: hf download {cs.model} tokenizer.json "
+                              f"--revision {cs.model_revision}")
     if f"{MODEL_MARKER} found" not in log:
         raise LayerbenchError(f"the HF cache PVC {cs.hf_cache_pvc} has no {cs.model} at revision {cs.model_revision} "
                               f"(no hub/models--{cs.model.replace('/', '--')}/snapshots/... with a config.json): "

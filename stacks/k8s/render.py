@@ -19,7 +19,7 @@ from stacks.k8s.common import (
     object_name,
 )
 from stacks.k8s.plan import ClusterSettings, K8sPlan, Side, settle
-from stacks.k8s.render_load import load_job, peers_service, profile_configmap
+from stacks.k8s.render_load import load_job, peers_service, profile_configmap, uses_pvc
 
 
 class _Dumper(yaml.SafeDumper):
@@ -64,11 +64,13 @@ def render_plan(stack: Stack, profile: LoadProfile, cs: ClusterSettings, run_id:
     if cs.load_parallelism > 1:
         Shard(0, cs.load_parallelism, None).check(profile.levels(), profile.open_loop)
     sides = []
-    for label in side_labels(command, baseline):
-        kind, deployed = render_side(stack, cs, run_id, label)
+    rendered = [(label, *render_side(stack, cs, run_id, label)) for label in side_labels(command, baseline)]
+    cache = uses_pvc([d.objects for _, _, d in rendered], cs.hf_cache_pvc)  # the served model's tokenizer is there
+    for label, kind, deployed in rendered:
         name = object_name(run_id, label, kind)
         profile_cm = profile_configmap(f"{name}-profile", cs, run_id, label, profile)
-        job = load_job(f"{name}-load", f"{name}-profile", cs, run_id, label, command, deployed, repeats, extra)
+        job = load_job(f"{name}-load", f"{name}-profile", cs, run_id, label, command, deployed, repeats, extra,
+                       cache)
         peers = [peers_service(f"{name}-load", cs, run_id, label)] if cs.load_parallelism > 1 else []
         sides.append(Side(label=label, stack=kind, objects=[profile_cm, *deployed.objects, *peers],
                           ready=deployed.ready,

@@ -12,16 +12,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import urllib3
+from kubernetes.client.exceptions import ApiException
 from rich.console import Console
 
 from harness.errors import LayerbenchError
-from stacks.k8s import jobresults
+from stacks.k8s import dcgm, jobresults
 from stacks.k8s.cluster import Cluster
 from stacks.k8s.images import release
 from stacks.k8s.kubeapi import RUN_LABEL, JobFailed
 from stacks.k8s.plan import ClusterSettings, K8sPlan, Side
 from stacks.k8s.preflight import preflight, uses_cache
 from stacks.k8s.probes import probes, run_probes, version_problem
+from stacks.k8s.render_load import fit_to_cache
 from stacks.k8s.status import EngineVersion
 
 DEFAULT_JOB_TIMEOUT_S = 6 * 3600.0  # a Job without activeDeadlineSeconds; one with it gets that plus a margin
@@ -63,8 +66,21 @@ def unpack_pods(logs: dict[str, str], side_dir: Path) -> list[Path]:
     return [f for i, log in enumerate(logs.values()) for f in jobresults.unpack(log, side_dir / f"pod-{i}")]
 
 
+def cache_modes(cluster: Cluster, claim: str) -> list[str]:
+    """The HF cache PVC's access modes, as bound (status) or asked (spec); [] when it cannot be read."""
+    try:
+        resp = cluster.core.read_namespaced_persistent_volume_claim(claim, cluster.namespace, _preload_content=False,
+                                                                    _request_timeout=cluster.timeout)
+        pvc = json.loads(resp.data)
+    except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError):  # preflight named a missing PVC
+        return []
+    return list((pvc.get("status") or {}).get("accessModes") or (pvc.get("spec") or {}).get("accessModes") or [])
+
+
 def _run_side(cluster: Cluster, side: Side, settings: ClusterSettings, out_dir: Path, console: Console,
-              versions: dict[str, EngineVersion], job_timeout_s: float | None) -> dict[str, Any]:
+              versions: dict[str, EngineVersion], job_timeout_s: float | None,
+              exporter: tuple[dcgm.Exporter | None, str] = (None, dcgm.NONE_FOUND),
+              modes: list[str] | None = None) -> dict[str, Any]:
     side_dir = out_dir / side.label
     record: dict[str, Any] = {"stack": side.stack, "url": side.url, "images": side.engine_images}
     job_name = (side.load_job.get("metadata") or {}).get("name")
@@ -83,6 +99,11 @@ def _run_side(cluster: Cluster, side: Side, settings: ClusterSettings, out_dir: 
                                       f"the same engine version on both sides")
         versions[side.label] = version
         console.print(f"{side.label}: {side.stack} ready in {record['ready_s']} s, vLLM {version.version}")
+        gpus, record["gpu_telemetry"] = dcgm.on_nodes(cluster.core, *exporter, record["nodes"], cluster.timeout)
+        dcgm.scrape_also(side.load_job, gpus)  # the exporter on the engine's node, beside the engine's metrics
+        if placed := fit_to_cache(side.load_job, modes or [], record["nodes"]):
+            record["load_placement"] = placed
+            console.print(f"{side.label}: {placed}")
         try:
             job = cluster.run_job(side.load_job, job_timeout_s or job_timeout(side.load_job), console)
         except JobFailed as e:  # the Job packs its results also when the run failed: keep what it measured
@@ -163,10 +184,13 @@ def run_plan(plan: K8sPlan, settings: ClusterSettings, out_dir: Path, console: C
             console.print(f"[yellow]warning:[/] {warning}")
         plan, images = settle_versions(cluster, plan, settings, console, allow_version_mismatch, rerender)
         summary["images"] = images
+        exporter = dcgm.find(cluster.core, cluster.timeout)
+        console.print(f"GPU telemetry: dcgm-exporter {exporter[0]}" if exporter[0] else exporter[1])
+        modes = cache_modes(cluster, settings.hf_cache_pvc)
         for side in plan.sides:
             try:
                 summary["sides"][side.label] = _run_side(cluster, side, settings, out_dir, console, versions,
-                                                         job_timeout_s)
+                                                         job_timeout_s, exporter, modes)
             except LayerbenchError as e:
                 raise LayerbenchError(f"{side.label} ({side.stack}): {e}") from None
         summary["status"] = "complete"

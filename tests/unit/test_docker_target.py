@@ -101,8 +101,8 @@ def test_triton_mounts_its_model_repository_and_loads_through_generate_stream():
     side = plan.sides[1]
     assert "$RUN_DIR/stack-triton-repo:/models" in side.run
     assert "--http-address=127.0.0.1" in side.run
-    assert side.load[-6:-2] == ["--opt", "protocol=triton", "--opt", "model=qwen2.5-0.5b-instruct"]
-    assert side.load[-1] == ("metric_endpoints=api=http://127.0.0.1:8000/metrics,"
+    assert side.load[-8:-4] == ["--opt", "protocol=triton", "--opt", "model=qwen2.5-0.5b-instruct"]
+    assert side.load[-3] == ("metric_endpoints=api=http://127.0.0.1:8000/metrics,"
                              "triton_metrics=http://127.0.0.1:8002/metrics")  # Triton's own port, as locally
 
 

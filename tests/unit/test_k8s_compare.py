@@ -112,6 +112,8 @@ def test_a_k8s_compare_reports_the_deltas_of_a_local_compare_of_the_same_data(tm
     head = md.splitlines()[2:5]
     assert any(line.startswith("- target: **k8s** (context `t`, namespace layerbench)") for line in head), head
     assert "baseline vllm/vllm-openai:v0.32.0 on node gpu-1" in md and "Qwen/Qwen2.5-1.5B-Instruct" in md
+    assert "- GPU telemetry: no dcgm-exporter found: no GPU telemetry on this cluster" in md  # none in the emulator
+    assert "- prompt lengths counted with " in md  # as the sides' loads recorded it
     assert json.loads((run / "run.json").read_text())["target"] == "k8s"
     assert emu.labelled(run_label_value(run.name)) == []  # everything the run created was deleted
     # `layerbench render` writes the same report again from the folder

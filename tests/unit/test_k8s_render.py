@@ -182,10 +182,10 @@ def test_triton_serves_the_local_model_repository_from_a_configmap():
     assert "cp -rL /model-source/. /models/" in c["model-repository"]["command"][-1]  # the model writes beside itself
     assert (side.protocol, side.url) == ("triton", "http://lb-stack-triton-abc123.layerbench.svc.cluster.local:8000")
     args = side.load_job["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[-6:-2] == ["--opt", "protocol=triton", "--opt", f"model={model}"]
+    assert args[-8:-4] == ["--opt", "protocol=triton", "--opt", f"model={model}"]
     # the load reads Triton's own metrics port, as the local stack does
     svc = f"http://{side.url.split('//')[1].split(':')[0]}"
-    assert args[-2:] == ["--opt", f"metric_endpoints=api={svc}:8000/metrics,triton_metrics={svc}:8002/metrics"]
+    assert args[-4:-2] == ["--opt", f"metric_endpoints=api={svc}:8000/metrics,triton_metrics={svc}:8002/metrics"]
 
 
 def test_triton_engine_metrics_option_reaches_the_engine_spec():
