@@ -33,6 +33,7 @@ from harness.schemas import (
 )
 from harness.session import Sides
 from stacks.base import Stack
+from stacks.engine_frontend import frontend_note
 from stacks.engine_model import study_comparable
 
 __all__ = ["AAReference", "CompareSummary", "LevelDelta", "level_deltas", "latest_aa", "run_compare", "settle"]
@@ -138,6 +139,7 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
         margin=profile.equivalence_margin, versions=versions,
         version_match=versions["baseline"] == versions["stack"],
         applied={}, settings_match=False, settings_mismatches=[], options=dict(stack.settings.options),
+        frontend=frontend_note(baseline, stack, stack.settings.engine.frontend),
         scrape_policy=profile.scrape, slo=profile.slo, invocations=(plan.invocation if plan else 0) + 1,
         emulated_step=profile.engine.step, aa=latest_aa(writer.dir.parent, profile.name, exclude=writer.run_id,
                                                               deployments=profile.deployments),

@@ -93,6 +93,11 @@ class EngineSettings(BaseModel):
     kv_cache_dtype: str = Field("auto", min_length=1, description="vLLM's --kv-cache-dtype (auto: the model's "
                                 "dtype; fp8 halves the KV bytes per token where the engine supports it)")
     extra_args: list[str] = Field(default_factory=list)
+    frontend: Literal["python", "rust"] | None = Field(
+        None, description="bare vLLM's API server, the same on both sides: python (its OpenAI server) or rust "
+        "(VLLM_USE_RUST_FRONTEND=1, started as `vllm serve`: stacks/engine_frontend.py); default: the variable "
+        "left unset, vLLM's own default (the Python server in vLLM 0.32). A layer that runs the engine in a server "
+        "of its own (Ray, Triton, KServe inprocess) replaces it; the report says so")
     dtype_measured: str | None = Field(None, description="set by layerbench: how `dtype: fastest` was chosen")
 
     @field_validator("model")

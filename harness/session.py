@@ -66,7 +66,9 @@ def make_ready(stack: Stack, profile: LoadProfile, writer: RunWriter, label: str
     writer.write_meta(phase=f"{label}: deploying {stack.kind}")
     stack.deploy()
     waited = stack.wait_ready(stack.settings.startup_timeout_s)
-    console.print(f"[green]{label}: {stack.kind} ready[/] in {waited:.1f}s at {stack.endpoint().base_url}")
+    start = stack.describe().get("engine_start")  # every local vLLM starts cold (stacks.engine_env.cold_cache)
+    console.print(f"[green]{label}: {stack.kind} ready[/] in {waited:.1f}s" + (f" ({start})" if start else "")
+                  + f" at {stack.endpoint().base_url}")
     if profile.server_placement == "fixed":
         from harness.load.placement import fix_threads
 

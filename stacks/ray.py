@@ -68,6 +68,8 @@ class RayStack(LocalServerStack):
     in_request_path = True
     description = "Ray Serve LLM (proxy -> OpenAiIngress -> LLMServer) on a private local Ray"
     server_name = "Ray Serve"
+    replaces_frontend = ("vLLM's OpenAI API server: requests enter through Ray Serve's HTTP proxy and its "
+                         "OpenAiIngress deployment, which hand them to the LLMServer replica running vLLM's engine")
     # the driver stops Serve and Ray in order (~10 s here); then the group and every remembered pid are
     # signalled: everything is gone within 30 s, also when Ctrl-C arrives during start-up
     leader_grace_s, stop_timeout_s = 15.0, 5.0
@@ -103,8 +105,8 @@ class RayStack(LocalServerStack):
         """What scripts/ray_serve_app.py deploys. On a GPU host Ray is given exactly the deployment's devices
         (CUDA_VISIBLE_DEVICES and num_gpus), and the engine replica asks for one GPU per tensor-parallel rank
         (Ray Serve LLM's default placement bundles, sized from engine_kwargs' tensor_parallel_size)."""
-        env = {**engine_env(self.settings), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
-               "RAY_DEDUP_LOGS": "0", **LOOPBACK_ENV}
+        env = {**engine_env(self.settings, self.engine_cache), "RAY_AUTH_MODE": "disabled",
+               "RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0", **LOOPBACK_ENV}
         o = self.options
         model, revision = model_ref(self.settings)
         kwargs = engine_kwargs(self.settings, "Ray Serve LLM's engine_kwargs")

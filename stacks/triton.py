@@ -89,6 +89,8 @@ class TritonStack(LocalServerStack):
     in_request_path = True
     description = "Triton Inference Server 2.51, Python backend running vLLM's async engine (decoupled)"
     server_name = "Triton"
+    replaces_frontend = ("vLLM's OpenAI API server: requests enter through Triton's HTTP server (generate_stream) "
+                         "and its Python backend, which runs vLLM's engine in the backend's stub process")
     stop_timeout_s = 20.0  # Triton unloads the model (engine shutdown) before it exits
     engine_venv = TRITON_VENV  # the engine environment's vLLM with numpy<2, as the stub needs; the baseline's too
     Options = TritonOptions
@@ -139,7 +141,7 @@ class TritonStack(LocalServerStack):
         check_model_files(self.settings)
         self.write_repository()
         venv = backends.parent
-        env = {**engine_env(self.settings), "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}",
+        env = {**engine_env(self.settings, self.engine_cache), "PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}",
                # the stub's libpython must be this venv's Python, not whatever the loader finds first
                "LD_LIBRARY_PATH": ":".join(x for x in (str(libs), str(_python_libdir(venv)),
                                                        os.environ.get("LD_LIBRARY_PATH")) if x),

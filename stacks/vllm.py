@@ -1,5 +1,6 @@
 """Bare vLLM, local target: `python -m vllm.entrypoints.openai.api_server` from the engine environment on
-127.0.0.1 and a free port, in its own process group, log to a file. It is every layer's baseline."""
+127.0.0.1 and a free port, in its own process group, log to a file (`vllm serve` with VLLM_USE_RUST_FRONTEND=1 when
+the profile's engine.frontend is rust: stacks/engine_frontend.py). It is every layer's baseline."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from stacks.engine_env import (
     model_args,
     settings_from_args,
 )
+from stacks.engine_frontend import check_frontend, effective_env, frontend_env, runs_frontend, server_module
 from stacks.local import LocalServerStack
 from stacks.procs import wait_http_ready
 
@@ -32,19 +34,24 @@ class VllmStack(LocalServerStack):
     k8s_form = "stacks.k8s.render_vllm:render_vllm"
 
     def __init__(self, settings: DeploySettings, port: int | None = None, venv: Path = ENGINE_VENV):
-        """venv: the environment vLLM runs from (a layer's baseline runs from the layer's own)."""
+        """venv: the environment vLLM runs from (a layer's baseline runs from the layer's own). An API server
+        (engine.frontend) this vLLM cannot run is refused here, before anything is deployed."""
         super().__init__(settings, port)
         self.venv = self.engine_venv = venv
         self._version: str | None = None
+        check_frontend(settings.engine.frontend, settings.target, venv)
 
     def deploy(self) -> None:
         check_model_files(self.settings)
         self.check_ports()
-        self.start([str(engine_python(self.venv)), *self.server_args()], engine_env(self.settings))
+        self.start([str(engine_python(self.venv)), *self.server_args()], self.server_env())
+
+    def server_env(self) -> dict[str, str]:
+        return {**engine_env(self.settings, self.engine_cache), **frontend_env(self.settings.engine.frontend)}
 
     def server_args(self) -> list[str]:
         """The server's command line after the interpreter."""
-        return ["-m", "vllm.entrypoints.openai.api_server", *model_args(self.settings), "--served-model-name",
+        return [*server_module(self.settings.engine.frontend), *model_args(self.settings), "--served-model-name",
                 self.settings.served_model_name, "--host", "127.0.0.1", "--port", str(self.port),
                 *engine_args(self.settings)]
 
@@ -57,6 +64,9 @@ class VllmStack(LocalServerStack):
 
     def log_locations(self) -> dict[str, Path]:
         return {"engine": self.log_path}
+
+    def frontend(self) -> str:
+        return runs_frontend(self.server_args(), effective_env(self.server_env()))
 
     def engine_plan(self) -> dict:
         return {**settings_from_args(self.server_args()), "devices": list(self.settings.devices)}

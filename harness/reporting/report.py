@@ -213,6 +213,8 @@ def context(s: CompareSummary) -> list[str]:
              f"{s.repeats} repeat(s); status **{s.status}**" + (f"; wall time {s.wall_s:.0f} s" if s.wall_s else "")]
     if s.options:
         lines.append("stack options: " + ", ".join(f"{k}={v}" for k, v in s.options.items()))
+    if s.frontend:
+        lines.append(f"API server: {s.frontend}")
     lines += [x[2:] for x in _published(s)]
     lines.append("engine settings applied identically: " + ("yes" if s.settings_match else
                                                             "NO — " + "; ".join(s.settings_mismatches)))

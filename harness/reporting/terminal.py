@@ -93,11 +93,13 @@ def stacks_table() -> Table:
     for kind in sorted(REGISTRY):
         cls = REGISTRY[kind]
         fields = cls.Options.model_fields
+        replaces = getattr(cls, "replaces_frontend", "")  # a layer that runs the engine in a server of its own
+        what = cls.description + (f"; it replaces {replaces}" if replaces else "")
         if not fields:
-            t.add_row(kind, cls.description, "—", "", "", "", end_section=True)
+            t.add_row(kind, what, "—", "", "", "", end_section=True)
             continue
         for i, (name, f) in enumerate(fields.items()):
-            t.add_row(kind if i == 0 else "", cls.description if i == 0 else "", name, type_name(f.annotation),
+            t.add_row(kind if i == 0 else "", what if i == 0 else "", name, type_name(f.annotation),
                       "(required)" if f.is_required() else repr(f.default), f.description or "",
                       end_section=i == len(fields) - 1)
     return t

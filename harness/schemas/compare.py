@@ -43,6 +43,7 @@ class CompareSummary(BaseModel):
     settings_match: bool
     settings_mismatches: list[str]
     options: dict
+    frontend: str | None = None  # the API server on each side (stacks.engine_frontend.frontend_note)
     status: str = "running"
     failures: dict[str, str] = {}
     levels: list[LevelDelta] = []
