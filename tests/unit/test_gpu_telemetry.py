@@ -74,15 +74,20 @@ def test_the_sampler_process_summarises_each_window_per_gpu(nvml, tmp_path):
     assert whole.util_pct_max == 90 and 10 < whole.util_pct_mean < 90
 
 
-def test_dcgm_counters_are_read_where_dcgmi_answers(nvml, tmp_path, monkeypatch):
+def fake_dcgmi(nvml, tmp_path: Path, monkeypatch, body: str) -> None:
+    """One GPU under the scripted NVML, and a `dcgmi` on PATH that runs `body` (sh)."""
     nvml([{"after_s": 0, "gpu": 0, "used_mib": 1000, "util": 50, "power_w": 300, "sm_mhz": 1800}], gpus=1)
     dcgmi = tmp_path / "bin" / "dcgmi"
     dcgmi.parent.mkdir()
-    dcgmi.write_text("#!/bin/sh\n# dcgmi dmon's layout: two header rows, then one row per GPU per interval\n"
-                     "echo '#Entity   SMACT        TENSO'\necho 'ID'\n"
-                     "while true; do echo 'GPU 0     0.812        0.437'; sleep 0.2; done\n")
+    dcgmi.write_text("#!/bin/sh\n" + body)
     dcgmi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{dcgmi.parent}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_dcgm_counters_are_read_where_dcgmi_answers(nvml, tmp_path, monkeypatch):
+    fake_dcgmi(nvml, tmp_path, monkeypatch, "# dcgmi dmon's layout: two header rows, then one row per GPU per "
+               "interval\necho '#Entity   SMACT        TENSO'\necho 'ID'\n"
+               "while true; do echo 'GPU 0     0.812        0.437'; sleep 0.2; done\n")
     assert "dcgmi" not in gt.telemetry_note([0])  # nothing is claimed before a sample arrives
     with gt.GpuSampler([0], tmp_path / "g.jsonl") as sampler:
         deadline = time.monotonic() + 30
@@ -97,14 +102,9 @@ def test_dcgm_counters_are_read_where_dcgmi_answers(nvml, tmp_path, monkeypatch)
 
 def test_dcgm_counters_are_not_claimed_when_no_sample_arrives(nvml, tmp_path, monkeypatch):
     """dcgmi on PATH without a running nv-hostengine: its message as NVIDIA/DCGM#43 and #57 record it."""
-    nvml([{"after_s": 0, "gpu": 0, "used_mib": 1000, "util": 50, "power_w": 300, "sm_mhz": 1800}], gpus=1)
-    dcgmi = tmp_path / "bin" / "dcgmi"
-    dcgmi.parent.mkdir()
-    dcgmi.write_text("#!/bin/sh\necho 'Error: unable to establish a connection to the specified host: localhost'\n"
-                     "echo 'Error: Unable to connect to host engine. Host engine connection invalid/disconnected.'\n"
-                     "exit 1\n")
-    dcgmi.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{dcgmi.parent}{os.pathsep}{os.environ['PATH']}")
+    fake_dcgmi(nvml, tmp_path, monkeypatch,
+               "echo 'Error: unable to establish a connection to the specified host: localhost'\n"
+               "echo 'Error: Unable to connect to host engine. Host engine connection invalid/disconnected.'\nexit 1\n")
     with gt.GpuSampler([0], tmp_path / "g.jsonl") as sampler:
         deadline = time.monotonic() + 30
         while not ({"dcgm_exit", "util"} <= {k for d in sampler.lines() for k in d}) and time.monotonic() < deadline:
