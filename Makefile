@@ -75,7 +75,7 @@ setup-%: setup $(STAMPS)/setup-% ;  # a layer's own environment (make setup-ray)
 setup-chromium: $(STAMPS)/chromium  ## Debian's headless Chromium, for the report's browser test
 
 .PHONY: setup setup-chromium client run compare capacity sweep audit report soak test \
-	test-fast lint bench-harness calibrate clean help stacks doctor gpu-check
+	test-fast lint bench-harness calibrate clean help stacks doctor gpu-check lock
 ifneq ($(DRY),)
 .PHONY: $(STAMPS)/client $(STAMPS)/engine $(STAMPS)/gpulike $(STAMPS)/model $(STAMPS)/engine-check \
 	$(LAYERS:%=$(STAMPS)/setup-%)
@@ -89,7 +89,7 @@ help:  ## this list (also plain `make`)
 setup: client $(STAMPS)/engine $(STAMPS)/gpulike $(STAMPS)/model $(STAMPS)/engine-check  ## the client, the engine environment (vLLM's build for this host, the GPU-like model's plugin), the tiny model and a one-token GPU check
 client: $(STAMPS)/client  ## the client's virtual environment only
 
-$(STAMPS)/client: pyproject.toml scripts/setup_client.sh
+$(STAMPS)/client: pyproject.toml scripts/setup_client.sh locks/client.txt
 	$(if $(DRY),,@mkdir -p $(STAMPS))
 	bash scripts/setup_client.sh $(VENV)
 	$(STAMP)
@@ -106,9 +106,16 @@ $(STAMPS)/gpulike: $(STAMPS)/engine engine_plugin/pyproject.toml $(wildcard engi
 	$(STAMP)
 
 .PRECIOUS: $(STAMPS)/setup-%
-$(STAMPS)/setup-%: scripts/setup_%.sh $(STAMPS)/engine $(STAMPS)/client
+.SECONDEXPANSION:
+$(STAMPS)/setup-%: scripts/setup_%.sh $$(wildcard locks/$$*.txt) $(STAMPS)/engine $(STAMPS)/client
 	ENGINE_VENV=$(ENGINE_VENV) CLIENT_VENV=$(VENV) bash scripts/setup_$*.sh
 	$(STAMP)
+
+# every environment's lock, locks/<name>.txt, compiled again from locks/<name>.in (and pyproject.toml for the
+# client's) with uv, every file's hash included; the same files again until an input changes (scripts/lock.py)
+lock:  ## the hashed lock files under locks/ again from their inputs there (needs the package index; ARGS=ray: one)
+	$(if $(PY),,@echo "no python3.12, python3.11 or python3.10 on PATH: install one, or set PY=" >&2; exit 1)
+	$(PY) scripts/lock.py $(ARGS)
 
 # Debian's headless Chromium and its driver, for the report's browser test (needs root or passwordless sudo)
 $(STAMPS)/chromium: scripts/setup_chromium.sh
