@@ -163,6 +163,7 @@ def plan_lines(plan: dict) -> list[str]:
                                                     else ""))
         lines.append(f"    {model.get('note') or 'files: ' + str(model['path'])}")
     lines.append(f"  engine build: {build['package']} {build['version']} ({build['variant']}): {build['why']}")
+    lines.append(f"    pip install {' '.join(build['pip_args'])}")
     lines.append(f"    installed now: {build['installed'] or 'not set up (make compare installs it first)'}"
                  + (f"; {build['installed_mismatch']}" if build.get("installed_mismatch") else ""))
     for side in plan["sides"]:
