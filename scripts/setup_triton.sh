@@ -10,6 +10,9 @@
 # Python starts in the stub with the C locale whatever LANG says, so a .pth sets a UTF-8 one (vLLM and
 # transformers read their files with the default encoding).
 # The client environment gets `tritonclient[http]` (readiness and model metadata).
+# The same environment serves a user's copy of NVIDIA's vLLM backend (TRITON_VLLM_MODEL): the copy must suit this
+# vLLM (vllm_backend's main of January 2026 imports vllm.inputs.data and build_1_2_5_buckets from
+# vllm.v1.metrics.loggers, which vLLM 0.32 keeps in vllm.inputs.llm and vllm.v1.metrics.buckets).
 #
 # A layer's setup script (make setup-triton): ENGINE_VENV and CLIENT_VENV are the engine and client environments;
 # TRITON_VENV, PYTRITON_VERSION and TRITONCLIENT_VERSION may override where and what it installs.

@@ -1,8 +1,11 @@
 """Triton Inference Server, local target: the real `tritonserver` 2.51 (from the nvidia-pytriton wheel, see
-scripts/setup_triton.sh) with a Python-backend model of ours (scripts/triton_vllm_model.py) that runs vLLM's
-async engine inside Triton's stub process, decoupled, streaming through `generate_stream`. The model repository
-is generated per deployment with exactly the baseline's engine settings. HTTP, gRPC and metrics ports bind to
-127.0.0.1. Baseline: bare vLLM from the Triton environment (the engine environment's vLLM, same files).
+scripts/setup_triton.sh) with layerbench's Python-backend model modelled on NVIDIA's vLLM backend
+(scripts/triton_vllm_model.py), or a user's copy of NVIDIA's backend (`TRITON_VLLM_MODEL=path/to/model.py`, see
+stacks/triton_repo.py), running vLLM's async engine inside Triton's stub process, decoupled, streaming through
+`generate_stream`. The model repository is generated per deployment with exactly the baseline's engine settings.
+HTTP, gRPC and metrics ports bind to 127.0.0.1. Baseline: bare vLLM from the Triton environment (the engine
+environment's vLLM, same files). The report names the model that served; the study of Triton's vLLM backend is
+set beside a run only when NVIDIA's backend served it.
 
 Options (`--opt`, typed in TritonOptions): report_engine_metrics (publish the engine's `vllm:*` families on
 Triton's metrics port; off by default, like NVIDIA's vLLM backend), port (HTTP)."""
@@ -11,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 
@@ -32,30 +34,13 @@ from stacks.engine_env import (
 )
 from stacks.local import LocalServerStack
 from stacks.procs import free_port, log_tail, running
+from stacks.triton_repo import CONFIG_PBTXT, MODEL_PY, TritonModel, choose_model, config_text, write_repository
+
+__all__ = ["CONFIG_PBTXT", "MODEL_PY", "TritonStack", "triton_paths"]  # the docker and k8s forms render from these
 
 TRITON_VENV = PROJECT_ROOT / ".venv-triton"
-MODEL_PY = PROJECT_ROOT / "scripts" / "triton_vllm_model.py"
 SETUP_HINT = "run `make setup-triton`"
 MIN_GLIBC = (2, 35)  # nvidia-pytriton 0.7.0 is a manylinux_2_35 wheel
-
-CONFIG_PBTXT = """\
-name: "{name}"
-backend: "python"
-max_batch_size: 0
-model_transaction_policy {{ decoupled: true }}
-input [
-  {{ name: "text_input", data_type: TYPE_STRING, dims: [ 1 ] }},
-  {{ name: "stream", data_type: TYPE_BOOL, dims: [ 1 ], optional: true }},
-  {{ name: "sampling_parameters", data_type: TYPE_STRING, dims: [ 1 ], optional: true }},
-  {{ name: "exclude_input_in_output", data_type: TYPE_BOOL, dims: [ 1 ], optional: true }}
-]
-output [
-  {{ name: "text_output", data_type: TYPE_STRING, dims: [ -1 ] }},
-  {{ name: "num_output_tokens", data_type: TYPE_UINT32, dims: [ -1 ] }},
-  {{ name: "num_input_tokens", data_type: TYPE_UINT32, dims: [ -1 ] }}
-]
-instance_group [ {{ count: 1, kind: {kind} }} ]
-"""
 
 
 class TritonOptions(StackOptions):
@@ -87,7 +72,8 @@ class TritonStack(LocalServerStack):
     docker_form = "stacks.k8s.docker_forms:triton"
     k8s_form = "stacks.k8s.render_triton:render_triton"
     in_request_path = True
-    description = "Triton Inference Server 2.51, Python backend running vLLM's async engine (decoupled)"
+    description = ("Triton Inference Server 2.51, Python backend running vLLM's async engine (decoupled): "
+                   "layerbench's model modelled on NVIDIA's vLLM backend, or a copy of NVIDIA's (TRITON_VLLM_MODEL)")
     server_name = "Triton"
     replaces_frontend = ("vLLM's OpenAI API server: requests enter through Triton's HTTP server (generate_stream) "
                          "and its Python backend, which runs vLLM's engine in the backend's stub process")
@@ -98,6 +84,7 @@ class TritonStack(LocalServerStack):
 
     def __init__(self, settings: DeploySettings):
         super().__init__(settings)
+        self.model: TritonModel = choose_model(settings.target)  # a TRITON_VLLM_MODEL that cannot serve: refused
         self.grpc_port, self.metrics_port = free_port(), free_port()
         self.repo = settings.log_dir / f"triton-repo-{self.port}"
         self.metadata: dict = {}
@@ -120,20 +107,18 @@ class TritonStack(LocalServerStack):
     def engine_plan(self) -> dict:
         return {**settings_from_kwargs(self.engine_spec()), "devices": list(self.settings.devices)}
 
-    def config_pbtxt(self) -> str:
+    def instance_kind(self) -> str:
         """KIND_MODEL on a GPU host: the model places itself (vLLM opens the devices in CUDA_VISIBLE_DEVICES, one
         per tensor-parallel rank), as NVIDIA's vLLM backend does; tritonserver 2.51 from nvidia-pytriton is a GPU
         build (it links libcudart 12.6 and DCGM). KIND_CPU where there is no GPU."""
-        kind = "KIND_MODEL" if self.settings.devices else "KIND_CPU"
-        return CONFIG_PBTXT.format(name=self.settings.served_model_name, kind=kind)
+        return "KIND_MODEL" if self.settings.devices else "KIND_CPU"
+
+    def config_pbtxt(self) -> str:
+        return config_text(self.model, self.settings.served_model_name, self.instance_kind(),
+                           self.options.report_engine_metrics)
 
     def write_repository(self) -> None:
-        version = self.model_dir / "1"
-        shutil.rmtree(self.repo, ignore_errors=True)
-        version.mkdir(parents=True)
-        (self.model_dir / "config.pbtxt").write_text(self.config_pbtxt())
-        shutil.copy(MODEL_PY, version / "model.py")
-        (version / "engine.json").write_text(json.dumps(self.engine_spec(), indent=2))
+        write_repository(self.model, self.model_dir, self.instance_kind(), self.engine_spec())
 
     def deploy(self) -> None:
         self.check_ports()  # a port held by another process is refused first, and never taken over
@@ -233,6 +218,9 @@ class TritonStack(LocalServerStack):
                             per="nv_inference_request_success", note=decoupled))
 
     def observability_note(self) -> str:
+        if self.options.report_engine_metrics and self.model.nvidia:
+            return ("report_engine_metrics on: NVIDIA's backend publishes the vllm:* families it supports on "
+                    "Triton's metrics port (its REPORT_CUSTOM_METRICS parameter)")
         if self.options.report_engine_metrics:
             return ("report_engine_metrics on: the model publishes the engine's vllm:* counters, gauges and "
                     "histograms on Triton's metrics port through its custom-metric API")
@@ -251,7 +239,15 @@ class TritonStack(LocalServerStack):
     def engine_version(self) -> str:
         return self.applied_file().get("vllm_version") or installed_vllm_version(TRITON_VENV)
 
+    def shape(self) -> str:
+        """The model that serves, which the report's first line names."""
+        return self.model.label
+
     def published(self) -> PublishedResult | None:
+        """The study measured NVIDIA's vLLM backend: its figures are set beside a run of that backend only, never
+        beside layerbench's model (a different layer, however closely modelled)."""
+        if not self.model.nvidia:
+            return None
         # the study's author called its c=64 result within noise: a repeat of the same server differed ~10% there
         return PublishedResult(concurrency=64, delta_pct=-12.6, verdict="within noise",
                                source="The single-GPU study of Triton's vLLM backend")
@@ -259,6 +255,7 @@ class TritonStack(LocalServerStack):
     def describe(self) -> dict:
         return {**super().describe(), "grpc_port": self.grpc_port, "metrics_port": self.metrics_port,
                 "model_repository": str(self.repo), "report_engine_metrics": self.options.report_engine_metrics,
+                "triton_model": self.model.label, "model_py": str(self.model.path or MODEL_PY),
                 "triton": self.metadata.get("server", {}).get("version"), "model_metadata": self.metadata.get("model")}
 
 

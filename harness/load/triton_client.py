@@ -1,8 +1,9 @@
 """Streaming client for Triton's generate extension: `POST /v2/models/<model>/generate_stream` (SSE).
 
 Same hot path as the OpenAI client (harness/load/client.py); only the request and the events differ. The request
-carries the inputs of NVIDIA's vLLM backend (`text_input`, `stream`, `exclude_input_in_output`, and
-`sampling_parameters` as a JSON string: Triton answers an object with HTTP 500). Each event is one model
+carries the inputs of NVIDIA's vLLM backend (`text_input`, `stream`, `exclude_input_in_output`,
+`return_num_input_tokens` and `return_num_output_tokens`, and `sampling_parameters` as a JSON string: Triton
+answers an object with HTTP 500). Each event is one model
 response, `{"model_name":..,"model_version":..,"text_output":..,"num_output_tokens":..}`; token counts are the
 server's `num_output_tokens` summed over the stream (and `num_input_tokens` from the first response), never
 events counted. The stream ends with the model's final response: there is no `[DONE]` and no usage block."""
@@ -30,7 +31,9 @@ class TritonStreamClient(StreamClient):
     def body(self, prompt: str, max_tokens: int | None = None) -> dict:
         sampling = {"max_tokens": max_tokens or self.max_tokens, "temperature": self.temperature,
                     "ignore_eos": self.ignore_eos}
+        # NVIDIA's vLLM backend sends the counts only when asked (its docs/additional_outputs.md)
         return {"text_input": prompt, "stream": True, "exclude_input_in_output": True,
+                "return_num_input_tokens": True, "return_num_output_tokens": True,
                 "sampling_parameters": json.dumps(sampling, separators=(",", ":"))}
 
     def on_event(self, rec: RequestRecord, data: bytes) -> tuple[bool, bool]:

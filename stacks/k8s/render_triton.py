@@ -1,9 +1,8 @@
-"""Triton on the k8s target: NVIDIA's tritonserver image with vLLM and the Python backend, serving the local
-Triton stack's model repository (config.pbtxt, model.py, engine.json) from a ConfigMap."""
+"""Triton on the k8s target: NVIDIA's tritonserver image serving the vLLM backend it installs, with the local
+Triton stack's engine settings (config.pbtxt, 1/model.json) from a ConfigMap."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from stacks.k8s.common import (
@@ -26,7 +25,8 @@ from stacks.k8s.common import (
     template,
 )
 from stacks.k8s.plan import ClusterSettings
-from stacks.triton import CONFIG_PBTXT, MODEL_PY, TritonStack
+from stacks.triton import TritonStack
+from stacks.triton_repo import model_json, nvidia_config_pbtxt
 
 HTTP_PORT = 8000
 
@@ -41,8 +41,10 @@ def server_args(repository: str, address: str | None = None) -> list[str]:
 
 
 def repository_files(stack: TritonStack, cs: ClusterSettings, hf_home: str = ROOT_HF_HOME) -> dict[str, str]:
-    """The model repository's files by path under the repository root, as the local Triton stack writes them
-    (TritonStack.write_repository), with the model in the HF cache and the engine's GPU memory share."""
+    """The model repository's files by path under the repository root, for the vLLM backend NVIDIA's image
+    installs (`backend: "vllm"`, the engine's arguments in 1/model.json: triton-inference-server/vllm_backend
+    samples/model_repository/vllm_model), with the local stack's engine settings, the model in the HF cache and
+    the engine's GPU memory share. No model.py: the image's own backend serves, as the report says."""
     model = served_name(cs)
     spec = stack.engine_spec()
     ref = model_ref(cs, hf_home)
@@ -50,9 +52,9 @@ def repository_files(stack: TritonStack, cs: ClusterSettings, hf_home: str = ROO
                 gpu_memory_utilization=stack.settings.engine.gpu_memory_utilization)
     if ref.revision:
         spec["revision"] = ref.revision
-    return {f"{model}/config.pbtxt": CONFIG_PBTXT.format(name=model, kind="KIND_MODEL"),
-            f"{model}/1/model.py": MODEL_PY.read_text(),
-            f"{model}/1/engine.json": json.dumps(spec, indent=2)}
+    metrics = bool(spec.get("report_engine_metrics"))
+    return {f"{model}/config.pbtxt": nvidia_config_pbtxt(model, "KIND_MODEL", metrics, backend="vllm"),
+            f"{model}/1/model.json": model_json(spec)}
 
 
 def render_triton(stack: TritonStack, cs: ClusterSettings, run_id: str, label: str) -> Deployed:

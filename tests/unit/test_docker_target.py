@@ -96,8 +96,7 @@ def test_ray_serve_config_and_readiness():
 def test_triton_mounts_its_model_repository_and_loads_through_generate_stream():
     plan = render("triton")
     assert set(plan.files) == {"profile.yaml", "stack-triton-repo/qwen2.5-0.5b-instruct/config.pbtxt",
-                               "stack-triton-repo/qwen2.5-0.5b-instruct/1/model.py",
-                               "stack-triton-repo/qwen2.5-0.5b-instruct/1/engine.json"}
+                               "stack-triton-repo/qwen2.5-0.5b-instruct/1/model.json"}
     side = plan.sides[1]
     assert "$RUN_DIR/stack-triton-repo:/models" in side.run
     assert "--http-address=127.0.0.1" in side.run
@@ -178,7 +177,7 @@ def test_write_docker_writes_the_script_and_its_files(tmp_path):
     assert paths[0] == tmp_path / "commands.sh" and paths[0].stat().st_mode & 0o111
     text = paths[0].read_text()
     assert "set -euo pipefail" in text and "--network container:lb-stack-triton-abc123" in text
-    assert (tmp_path / "stack-triton-repo/qwen2.5-0.5b-instruct/1/engine.json").exists()
+    assert (tmp_path / "stack-triton-repo/qwen2.5-0.5b-instruct/1/model.json").exists()
     assert load_profile(str(tmp_path / "profile.yaml")) == PROFILE  # the load uses the run's profile
     run_line = next(line for line in text.splitlines() if line.startswith("docker run -d --name lb-stack-triton"))
     assert shlex.split(run_line)[:4] == ["docker", "run", "-d", "--name"]

@@ -157,7 +157,7 @@ def test_extra_vllm_flags_cannot_reach_ray():
 
 # --- Triton --------------------------------------------------------------------------------------------
 
-def test_triton_serves_the_local_model_repository_from_a_configmap():
+def test_triton_serves_nvidias_vllm_backend_from_a_configmap_repository():
     side = plan("triton").sides[1]
     repo = next(o for o in side.objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-model"))
     dep = by_kind(side.objects, "Deployment")
@@ -166,15 +166,14 @@ def test_triton_serves_the_local_model_repository_from_a_configmap():
     assert source["name"] == repo["metadata"]["name"]
     model = "qwen2.5-0.5b-instruct"
     assert {i["key"]: i["path"] for i in source["items"]} == {
-        "config.pbtxt": f"{model}/config.pbtxt", "model.py": f"{model}/1/model.py",
-        "engine.json": f"{model}/1/engine.json"}
-    assert f'name: "{model}"' in repo["data"]["config.pbtxt"] and "decoupled: true" in repo["data"]["config.pbtxt"]
-    assert "class TritonPythonModel" in repo["data"]["model.py"]
-    spec = json.loads(repo["data"]["engine.json"])
+        "config.pbtxt": f"{model}/config.pbtxt", "model.json": f"{model}/1/model.json"}  # no model.py of ours
+    config = repo["data"]["config.pbtxt"]
+    assert f'name: "{model}"' in config and 'backend: "vllm"' in config and "REPORT_CUSTOM_METRICS" not in config
+    spec = json.loads(repo["data"]["model.json"])
     e = PROFILE.engine
     assert spec["model"] == "Qwen/Qwen2.5-0.5B-Instruct" and spec["revision"] == "main"
     assert (spec["max_model_len"], spec["max_num_seqs"], spec["dtype"]) == (e.max_model_len, e.max_num_seqs, e.dtype)
-    assert spec["gpu_memory_utilization"] == e.gpu_memory_utilization and spec["report_engine_metrics"] is False
+    assert spec["gpu_memory_utilization"] == e.gpu_memory_utilization and "report_engine_metrics" not in spec
     c = containers(pod)
     assert c["tritonserver"]["image"] == "nvcr.io/nvidia/tritonserver:25.12-vllm-python-py3"
     assert "--model-repository=/models" in c["tritonserver"]["args"]
@@ -191,7 +190,7 @@ def test_triton_serves_the_local_model_repository_from_a_configmap():
 def test_triton_engine_metrics_option_reaches_the_engine_spec():
     side = plan("triton", report_engine_metrics=True).sides[1]
     repo = next(o for o in side.objects if o["metadata"]["name"].endswith("-model"))
-    assert json.loads(repo["data"]["engine.json"])["report_engine_metrics"] is True
+    assert "REPORT_CUSTOM_METRICS" in repo["data"]["config.pbtxt"]  # NVIDIA's backend's switch for vllm:* metrics
 
 
 # --- KServe --------------------------------------------------------------------------------------------

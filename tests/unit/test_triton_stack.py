@@ -1,19 +1,26 @@
 """The Triton adapter without a server: its model repository carries exactly the baseline's engine settings,
 a missing setup or a held port is one clear message before anything starts, the layer's own metrics are
-summarised per level as it declares them, and the audit looks at both engine-metric settings."""
+summarised per level as it declares them, and the audit looks at both engine-metric settings. Which model serves
+(layerbench's, or a user's copy of NVIDIA's vLLM backend through TRITON_VLLM_MODEL) is named in the report, and
+the study of NVIDIA's backend is set beside a run only when NVIDIA's backend served it."""
 
 from __future__ import annotations
 
 import json
 import socket
+from pathlib import Path
 
 import pytest
 
 from harness.analysis.audit import audit_from_scrapes
 from harness.analysis.server_metrics import summarise
 from harness.errors import LayerbenchError
-from harness.profile import EngineSettings
-from stacks import triton
+from harness.load.triton_client import TritonStreamClient
+from harness.models import STUDY_MODEL
+from harness.profile import EngineSettings, load_profile
+from harness.remote_run import skeleton
+from harness.reporting.report import _published
+from stacks import triton, triton_repo
 from stacks.base import DeploySettings
 from stacks.engine_env import engine_args
 from stacks.procs import ManagedProcess
@@ -21,10 +28,15 @@ from stacks.triton import TritonStack
 from stacks.vllm import VllmStack
 
 
-def settings(tmp_path, **options) -> DeploySettings:
+@pytest.fixture(autouse=True)
+def _no_user_model(monkeypatch):
+    monkeypatch.delenv("TRITON_VLLM_MODEL", raising=False)
+
+
+def settings(tmp_path, target: str = "local", **options) -> DeploySettings:
     engine = EngineSettings(max_model_len=1024, max_num_seqs=8, dtype="float32", enforce_eager=True,
                             enable_prefix_caching=False)
-    return DeploySettings(engine=engine, log_dir=tmp_path, options=options)
+    return DeploySettings(engine=engine, log_dir=tmp_path, options=options, target=target)
 
 
 def test_repository_carries_the_baselines_engine_settings(tmp_path):
@@ -124,3 +136,109 @@ def test_audit_lists_the_layers_own_families():
     a = audit_from_scrapes([base, stack], {}, "triton", (), "report_engine_metrics on: ...")
     assert a.layer_families == {"triton_metrics": ["nv_inference_count"]}
     assert a.notes[0].startswith("report_engine_metrics on") and a.counts == {"survives": 1}
+
+
+def nvidia_copy(tmp_path, utils: bool = True):
+    """A stand-in for a copy of NVIDIA's backend's src/ folder: model.py importing its utils package."""
+    src = tmp_path / "vllm_backend" / "src"
+    (src / "utils").mkdir(parents=True)
+    (src / "model.py").write_text("from utils.metrics import VllmStatLoggerFactory\n\nclass TritonPythonModel: ...\n")
+    if utils:
+        (src / "utils" / "metrics.py").write_text("class VllmStatLoggerFactory: ...\n")
+        (src / "utils" / "__pycache__").mkdir()
+    else:
+        (src / "utils").rmdir()
+    return src / "model.py"
+
+
+def test_our_model_is_named_and_not_held_to_the_study(tmp_path):
+    stack = TritonStack(settings(tmp_path))
+    assert stack.shape() == "layerbench's Python model modelled on NVIDIA's vLLM backend"
+    assert stack.published() is None  # the study measured NVIDIA's backend, not ours
+    assert stack.describe()["model_py"] == str(triton.MODEL_PY)
+
+
+def test_a_copy_of_nvidias_backend_is_served_from_its_own_layout(tmp_path, monkeypatch):
+    model_py = nvidia_copy(tmp_path)
+    monkeypatch.setenv("TRITON_VLLM_MODEL", str(model_py))
+    stack = TritonStack(settings(tmp_path / "logs", report_engine_metrics=True))
+    stack.write_repository()
+    version = stack.model_dir / "1"
+    assert (version / "model.py").read_text() == model_py.read_text()
+    assert (version / "utils" / "metrics.py").exists() and not (version / "utils" / "__pycache__").exists()
+    assert not (version / "engine.json").exists()
+    engine = json.loads((version / "model.json").read_text())  # NVIDIA's engine-args file, as in its samples
+    assert "report_engine_metrics" not in engine
+    assert {k: v for k, v in stack.engine_spec().items() if k != "report_engine_metrics"} == engine
+    config = (stack.model_dir / "config.pbtxt").read_text()
+    # the Python backend loads the copy in the version directory; the model completes its own inputs/outputs
+    assert 'backend: "python"' in config and "input [" not in config and "kind: KIND_CPU" in config
+    assert 'key: "REPORT_CUSTOM_METRICS"' in config and 'string_value: "true"' in config
+    assert stack.shape() == f"NVIDIA's vLLM backend ({model_py})"
+    assert stack.describe()["model_py"] == str(model_py.resolve())
+    assert "REPORT_CUSTOM_METRICS" in stack.observability_note()
+    p = stack.published()
+    assert p is not None and p.source == "The single-GPU study of Triton's vLLM backend"
+    off = TritonStack(settings(tmp_path / "off"))
+    assert "REPORT_CUSTOM_METRICS" not in off.config_pbtxt()
+
+
+@pytest.mark.parametrize("where", ["missing.py", "a-folder"])
+def test_a_user_model_that_is_not_a_file_is_refused_before_anything_deploys(tmp_path, monkeypatch, where):
+    (tmp_path / "a-folder").mkdir()
+    monkeypatch.setenv("TRITON_VLLM_MODEL", str(tmp_path / where))
+    started: list[str] = []
+    monkeypatch.setattr(ManagedProcess, "start", lambda self: started.append(self.name))
+    with pytest.raises(LayerbenchError, match=f"TRITON_VLLM_MODEL={tmp_path / where} is not a file") as e:
+        TritonStack(settings(tmp_path))
+    assert "unset TRITON_VLLM_MODEL" in str(e.value)
+    assert started == [] and not list(tmp_path.glob("triton-repo-*"))
+
+
+def test_a_copy_without_its_utils_package_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_VLLM_MODEL", str(nvidia_copy(tmp_path, utils=False)))
+    with pytest.raises(LayerbenchError, match="utils.*missing: copy the backend's src/ folder whole"):
+        TritonStack(settings(tmp_path))
+
+
+@pytest.mark.parametrize("target", ["docker", "k8s"])
+def test_remote_targets_serve_the_images_backend_and_carry_the_study(tmp_path, monkeypatch, target):
+    stack = TritonStack(settings(tmp_path, target=target))
+    assert stack.shape() == "NVIDIA's vLLM backend (the Triton image's)"
+    summary = skeleton(stack, load_profile("default"), "r1", 1, target, *STUDY_MODEL, (), {})
+    assert summary.shape == stack.shape()  # the report's title and headline name it
+    assert summary.published is not None
+    [line] = _published(summary)
+    assert line.startswith("- The single-GPU study of Triton's vLLM backend measured -12.6% at c=64")
+    monkeypatch.setenv("TRITON_VLLM_MODEL", str(nvidia_copy(tmp_path)))
+    with pytest.raises(LayerbenchError, match=f"the {target} target serves the vLLM backend in NVIDIA's"):
+        TritonStack(settings(tmp_path, target=target))
+
+
+def test_a_local_run_of_our_model_carries_no_study(tmp_path):
+    summary = skeleton(TritonStack(settings(tmp_path)), load_profile("default"), "r1", 1, "local", *STUDY_MODEL,
+                       (), {})
+    assert summary.published is None and _published(summary) == []
+    assert summary.shape == triton_repo.OURS
+
+
+def test_the_client_asks_for_the_counts_nvidias_backend_sends_only_on_request():
+    body = TritonStreamClient("http://127.0.0.1:1", "tiny", max_tokens=4).body("hi")
+    assert body["return_num_input_tokens"] is True and body["return_num_output_tokens"] is True
+    config = TritonStack(settings(Path("/nonexistent"))).config_pbtxt()  # ours declares them, and always counts
+    assert 'name: "return_num_output_tokens"' in config and 'name: "return_num_input_tokens"' in config
+
+
+@pytest.mark.parametrize("target", ["docker", "k8s"])
+def test_the_remote_forms_serve_the_backend_the_report_names(tmp_path, target):
+    # the report says NVIDIA's image serves its own vLLM backend there (and sets the study beside the run): the
+    # rendered repository must name that backend and ship no model.py of ours
+    from stacks.k8s.plan import ClusterSettings
+    from stacks.k8s.render_triton import repository_files
+
+    stack = TritonStack(settings(tmp_path, target=target))
+    cs = ClusterSettings(model="Qwen/Qwen2.5-0.5B-Instruct", model_revision="7ae557604adf67be50417f59c2c2f167def9a775")
+    files = repository_files(stack, cs)
+    [config] = [text for path, text in files.items() if path.endswith("config.pbtxt")]
+    assert stack.model.nvidia and 'backend: "vllm"' in config, config
+    assert not any(path.endswith("model.py") for path in files)
