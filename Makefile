@@ -107,7 +107,7 @@ $(STAMPS)/gpulike: $(STAMPS)/engine engine_plugin/pyproject.toml $(wildcard engi
 
 .PRECIOUS: $(STAMPS)/setup-%
 .SECONDEXPANSION:
-$(STAMPS)/setup-%: scripts/setup_%.sh $$(wildcard locks/$$*.txt) $(STAMPS)/engine $(STAMPS)/client
+$(STAMPS)/setup-%: scripts/setup_%.sh $$(wildcard locks/$$*.txt locks/$$*-client.txt) $(STAMPS)/engine $(STAMPS)/client
 	ENGINE_VENV=$(ENGINE_VENV) CLIENT_VENV=$(VENV) bash scripts/setup_$*.sh
 	$(STAMP)
 

@@ -12,7 +12,10 @@ newer releases.
 The layers installed into or over the engine environment (Ray, KServe) are resolved within vLLM's own
 requirements: the engine (vllm==VLLM_VERSION, harness/engine_build.py) is resolved first and its pins constrain
 the layer's (uv pip compile --constraint, https://docs.astral.sh/uv/pip/compile/#adding-constraints), so a package
-the layer shares with vLLM gets a version the engine accepts. Each lock's header says how its setup script uses it.
+the layer shares with vLLM gets a version the engine accepts. A lock that adds to another environment is resolved
+within that environment's lock instead (`constrain`: its pins as constraints), and one whose packages are installed
+alone (`no_deps`) lists only its inputs' packages (uv pip compile --no-deps). Each lock's header says how its setup
+script uses it.
 
 Usage: python scripts/lock.py [NAME...]   (default: every lock; needs the package index, not the engine)
 """
@@ -50,6 +53,13 @@ HOW = {
                "packages after its own (pip install --require-hashes -r locks/kserve.txt): what the engine "
                "already has at the pinned version is not installed again, the rest goes into .venv-kserve and the "
                "engine environment is never changed."),
+    "triton": ("scripts/setup_triton.sh installs this list into .venv-triton, which sees the engine environment's "
+               "packages after its own (pip install --require-hashes --no-deps -r locks/triton.txt): numpy 1.x "
+               "goes into .venv-triton beside the engine's numpy 2, and nvidia-pytriton for its tritonserver "
+               "binary; the engine environment is never changed."),
+    "triton-client": ("scripts/setup_triton.sh installs this list into the client environment, .venv (pip install "
+                      "--require-hashes -r locks/triton-client.txt): the packages locks/client.txt also pins are "
+                      "at its versions and stay as setup_client.sh installed them."),
 }
 
 
@@ -63,6 +73,13 @@ class Lock:
     excludes: tuple[str, ...] = ()  # packages left out of the resolution, with what only they require
     engine: bool = False  # resolved within vLLM's own requirements
     own: tuple[str, ...] = ()  # with engine: packages whose engine pins this layer's ranges exclude
+    no_deps: bool = False  # only the inputs' own packages, none of their requirements
+    constrain: str = ""  # the name of the lock whose pins constrain this one (it is compiled first)
+
+
+# settings added after the first locks: in a lock's inputs digest only when set, so a lock that does not use them
+# keeps its digest
+LATER = {"no_deps": False, "constrain": ""}
 
 
 ALL = (
@@ -78,6 +95,10 @@ ALL = (
     # KServe 0.21's SDK requires protobuf<7 and psutil<6 where vLLM's resolution picks 7.x for both
     Lock("kserve", "KServe's Python SDK, .venv-kserve, layered on the engine environment", "3.11",
          ("locks/kserve.in",), engine=True, own=("protobuf", "psutil")),
+    Lock("triton", "the Triton environment, .venv-triton, layered on the engine environment", "3.11",
+         ("locks/triton.in",), no_deps=True),
+    Lock("triton-client", "Triton's HTTP client, added to the client environment .venv", "3.10",
+         ("locks/triton-client.in",), constrain="client"),
 )
 
 
@@ -108,9 +129,12 @@ def _source_text(source: str, extras: tuple[str, ...]) -> str:
 def inputs_digest(lock: Lock) -> str:
     """A digest of everything the lock is compiled from: its inputs, its settings here, LOCK_DATE, uv's version
     and, for the engine's layers, vLLM's version. The lock's header carries it; tests compare."""
-    parts = {"lock": asdict(lock), "date": LOCK_DATE, "uv": (LOCKS / "uv.in").read_text(),
+    settings = {k: v for k, v in asdict(lock).items() if k not in LATER or v != LATER[k]}
+    parts = {"lock": settings, "date": LOCK_DATE, "uv": (LOCKS / "uv.in").read_text(),
              "sources": [_source_text(s, lock.extras) for s in lock.sources],
              "engine": engine_version() if lock.engine else ""}
+    if lock.constrain:  # the constraining lock's pins (its body: its header carries this digest's date and uv)
+        parts["constrain"] = split((LOCKS / f"{lock.constrain}.txt").read_text())[1]
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -138,6 +162,10 @@ def header(lock: Lock, body: str) -> str:
     ]
     if lock.excludes:
         lines.append(f"Left out, with what only they require: {', '.join(lock.excludes)}.")
+    if lock.no_deps:
+        lines.append("Compiled with --no-deps: only the packages the input names, none of their requirements.")
+    if lock.constrain:
+        lines.append(f"Resolved within locks/{lock.constrain}.txt (its pins as constraints).")
     if lock.engine:
         own = (f", except {' and '.join(lock.own)}: this layer's own ranges exclude vLLM's pins of them, and "
                "its environment holds its own versions") if lock.own else ""
@@ -179,7 +207,8 @@ def compile_one(lock: Lock, uv: str, work: Path) -> None:
     # uv 0.13.9's `uv pip compile --help`: --universal ("the current Python version (or user-provided
     # --python-version) will be treated as a lower bound"), --generate-hashes, --exclude-newer, --no-header,
     # --excludes ("omitted from the dependency list entirely and its own dependencies will be ignored"); index URLs
-    # are written only with --emit-index-url; `uv --help`: --no-config (no uv.toml or [tool.uv] is read)
+    # are written only with --emit-index-url; `uv --help`: --no-config (no uv.toml or [tool.uv] is read); --no-deps
+    # ("only add those packages explicitly listed on the command line to the resulting requirements file")
     cmd = [uv, "pip", "compile", *lock.sources, "--universal", "--python-version", lock.python, "--generate-hashes",
            "--exclude-newer", LOCK_DATE, "--no-header", "--no-config", "--quiet", "--output-file", str(out)]
     for extra in lock.extras:
@@ -187,7 +216,10 @@ def compile_one(lock: Lock, uv: str, work: Path) -> None:
     if lock.excludes:
         (work / "excludes.txt").write_text("\n".join(lock.excludes) + "\n")
         cmd += ["--excludes", str(work / "excludes.txt")]
+    if lock.no_deps:
+        cmd.append("--no-deps")
     label = ""
+    constraints = work / f"{lock.name}-constraints.txt"
     if lock.engine:
         version = engine_version()
         engine = work / "engine.txt"
@@ -196,14 +228,21 @@ def compile_one(lock: Lock, uv: str, work: Path) -> None:
                             "--exclude-newer", LOCK_DATE, "--no-header", "--no-annotate", "--no-config", "--quiet",
                             "--output-file", str(engine)], input=f"vllm=={version}\n", text=True, check=True,
                            cwd=ROOT)
-        constraints = work / f"{lock.name}-constraints.txt"
         constraints.write_text("".join(line + "\n" for line in engine.read_text().splitlines()
                                        if line.split("==")[0].strip().lower() not in lock.own))
         cmd += ["--constraint", str(constraints)]
         label = f"vllm=={version} (the engine)"
+    if lock.constrain:  # the other lock's pins, markers kept, hashes dropped
+        from lockfile import read
+
+        pins = [f"{e.name}=={e.version}" + (f" ; {e.marker}" if e.marker else "")
+                for e in read(LOCKS / f"{lock.constrain}.txt")[0]]
+        constraints.write_text("".join(p + "\n" for p in pins))
+        cmd += ["--constraint", str(constraints)]
+        label = f"locks/{lock.constrain}.txt"
     subprocess.run(cmd, check=True, cwd=ROOT)
     body = out.read_text()
-    if lock.engine:  # the annotation names the constraints' temporary path: name what they are instead
+    if label:  # the annotation names the constraints' temporary path: name what they are instead
         body = body.replace(f"-c {constraints}", f"-c {label}")
     (LOCKS / f"{lock.name}.txt").write_text(header(lock, body) + body)
     print(f"lock: locks/{lock.name}.txt")

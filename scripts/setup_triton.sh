@@ -14,12 +14,29 @@
 # vLLM (vllm_backend's main of January 2026 imports vllm.inputs.data and build_1_2_5_buckets from
 # vllm.v1.metrics.loggers, which vLLM 0.32 keeps in vllm.inputs.llm and vllm.v1.metrics.buckets).
 #
+# Every package comes from a lock, each file checked against its hashes: locks/triton.txt (numpy and
+# nvidia-pytriton, compiled and installed with --no-deps) into the Triton environment, locks/triton-client.txt
+# (resolved within locks/client.txt's pins) into the client environment. Edit locks/triton.in or
+# locks/triton-client.in and run `make lock` to change them.
+#
 # A layer's setup script (make setup-triton): ENGINE_VENV and CLIENT_VENV are the engine and client environments;
-# TRITON_VENV, PYTRITON_VERSION and TRITONCLIENT_VERSION may override where and what it installs.
+# TRITON_VENV may override where it installs; PYTRITON_VERSION and TRITONCLIENT_VERSION, when set, must be the
+# locks' versions.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 tv=${TRITON_VENV:-.venv-triton}; ev=${ENGINE_VENV:-.venv-engine}; cv=${CLIENT_VENV:-.venv}
-pytriton=${PYTRITON_VERSION:-0.7.0}; tclient=${TRITONCLIENT_VERSION:-2.73.0}
+lock=$LOCKS_DIR/triton.txt; clock=$LOCKS_DIR/triton-client.txt
+pytriton=$(lock_pin "$lock" nvidia-pytriton); tclient=$(lock_pin "$clock" tritonclient)
+numpy=$(lock_pin "$lock" numpy)
+# same_as_lock VAR PINNED LOCK: a version override that is not the lock's is refused, naming what to change
+same_as_lock() {
+  if [ -n "${!1:-}" ] && [ "${!1}" != "$2" ]; then
+    echo "setup-triton: $1=${!1}, but locks/$3.txt pins $2: set it in locks/$3.in and run \`make lock\`" >&2
+    exit 1
+  fi
+}
+same_as_lock PYTRITON_VERSION "$pytriton" triton
+same_as_lock TRITONCLIENT_VERSION "$tclient" triton-client
 
 glibc=$(getconf GNU_LIBC_VERSION | awk '{print $2}')
 if [ "$(printf '%s\n' 2.35 "$glibc" | sort -V | head -1)" != 2.35 ]; then
@@ -27,11 +44,11 @@ if [ "$(printf '%s\n' 2.35 "$glibc" | sort -V | head -1)" != 2.35 ]; then
   exit 1
 fi
 ver=$(pyver "$PY")
-say "triton: $tv from $PY ($ver) layered on $ev, numpy<2, nvidia-pytriton==$pytriton (tritonserver 2.51 and its Python backend stub for $ver), tritonclient[http]==$tclient in $cv"
+say "triton: $tv from $PY ($ver) layered on $ev, numpy==$numpy and nvidia-pytriton==$pytriton (tritonserver 2.51 and its Python backend stub for $ver) from locks/triton.txt, tritonclient[http]==$tclient in $cv from locks/triton-client.txt"
 if dry; then
   run "$PY" -m venv "$tv"
-  run "$tv/bin/pip" install "numpy<2" "nvidia-pytriton==$pytriton" --no-deps
-  run "$cv/bin/pip" install "tritonclient[http]==$tclient"
+  pip_locked "$tv/bin/python" "$lock" -q --no-deps
+  pip_locked "$cv/bin/python" "$clock" -q
   exit 0
 fi
 [ -x "$ev/bin/python" ] || { echo "setup-triton: the engine environment $ev is missing: run make setup" >&2; exit 1; }
@@ -46,8 +63,7 @@ cat > "$triton_site/layerbench-utf8.pth" <<'PTH'
 import locale; locale.setlocale(locale.LC_CTYPE, 'C.UTF-8') if locale.getpreferredencoding(False).lower() not in ('utf-8', 'utf8') else None
 PTH
 # pip sees the engine's numpy 2 through the .pth and leaves it alone ("outside environment")
-"$tv/bin/pip" install -q --disable-pip-version-check "numpy<2"
-"$tv/bin/pip" install -q --disable-pip-version-check --no-deps "nvidia-pytriton==$pytriton"
+pip_locked "$tv/bin/python" "$lock" -q --disable-pip-version-check --no-deps
 
 # the backend directory tritonserver loads: the Python backend with the stub for this Python
 tt="$triton_site/pytriton/tritonserver"
@@ -57,7 +73,12 @@ mkdir -p "$tv/backends/python"
 ln -sf "$tt/backends/python/libtriton_python.so" "$tt/backends/python/triton_python_backend_utils.py" \
   "$stub" "$tv/backends/python/"
 
-"$cv/bin/pip" install -q --disable-pip-version-check "tritonclient[http]==$tclient"
+pip_locked "$cv/bin/python" "$clock" -q --disable-pip-version-check
 
 "$tv/bin/python" -c "import numpy, vllm; print('numpy', numpy.__version__, 'vllm', vllm.__version__)"
-LD_LIBRARY_PATH="$triton_site/nvidia_pytriton.libs" "$tt/bin/tritonserver" --version 2>&1 | head -3 || true
+# tritonserver has no --version: it logs its version in the table of options it prints at start, and exits at once,
+# before it opens a port, when the model repository does not exist (the flags: `tritonserver --help` of the binary
+# nvidia-pytriton 0.7.0 ships)
+LD_LIBRARY_PATH="$triton_site/nvidia_pytriton.libs" "$tt/bin/tritonserver" --model-repository="$tv/no-model-repository" \
+  --http-address=127.0.0.1 --allow-grpc=false --allow-metrics=false 2>&1 \
+  | awk '$2 == "server_version" {print "tritonserver", $4; exit}' || true

@@ -168,23 +168,50 @@ def test_a_layer_in_the_engine_environment_adds_only_what_is_not_the_engines(tmp
     assert said.startswith("3 of ray.txt's packages are the engine's") and "fastapi 0.136.3" in said
 
 
-def test_a_layer_version_override_that_the_lock_does_not_pin_is_refused_with_what_to_change():
-    env = {**os.environ, "DRY_RUN": "1", "RAY_VERSION": "2.61.0"}
-    out = subprocess.run(["bash", "scripts/setup_ray.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
+@pytest.mark.parametrize(("variable", "script", "lock_name", "package"), [
+    ("RAY_VERSION", "ray", "ray", "ray"), ("PYTRITON_VERSION", "triton", "triton", "nvidia-pytriton"),
+    ("TRITONCLIENT_VERSION", "triton", "triton-client", "tritonclient")])
+def test_each_version_override_the_lock_does_not_pin_is_refused(variable, script, lock_name, package):
+    env = {**os.environ, "DRY_RUN": "1", variable: "0.0.1"}
+    out = subprocess.run(["bash", f"scripts/setup_{script}.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=60)
-    pinned = lockfile.pin(ROOT / "locks" / "ray.txt", "ray")
+    pinned = lockfile.pin(ROOT / "locks" / f"{lock_name}.txt", package)
     assert out.returncode == 1
-    assert out.stderr.strip() == (f"setup-ray: RAY_VERSION=2.61.0, but locks/ray.txt pins {pinned}: set it in "
-                                  "locks/ray.in and run `make lock`")
+    assert out.stderr.strip() == (f"setup-{script}: {variable}=0.0.1, but locks/{lock_name}.txt pins {pinned}: set "
+                                  f"it in locks/{lock_name}.in and run `make lock`")
 
 
-@pytest.mark.parametrize("script", ["client", "litellm", "vllm-router", "ray", "kserve"])
+@pytest.mark.parametrize("script", ["client", "litellm", "vllm-router", "ray", "kserve", "triton"])
 def test_a_dry_run_names_the_lock_it_would_install_from_and_installs_nothing(script, tmp_path):
     env = {**os.environ, "DRY_RUN": "1", "ENGINE_VENV": str(tmp_path / "engine"),
            "LITELLM_VENV": str(tmp_path / "v"), "VLLM_ROUTER_VENV": str(tmp_path / "v"),
-           "KSERVE_VENV": str(tmp_path / "v")}
+           "KSERVE_VENV": str(tmp_path / "v"), "TRITON_VENV": str(tmp_path / "v"), "CLIENT_VENV": str(tmp_path / "c")}
     out = subprocess.run(["bash", f"scripts/setup_{script}.sh", str(tmp_path / "v")], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert f"--require-hashes -r {ROOT}/locks/{script}.txt" in out.stdout
+    if script == "triton":  # numpy and pytriton alone into the Triton environment, the client's into the client's
+        assert f"{tmp_path}/v/bin/python -m pip install --require-hashes -r {ROOT}/locks/triton.txt -q --no-deps" \
+            in out.stdout
+        assert f"{tmp_path}/c/bin/python -m pip install --require-hashes -r {ROOT}/locks/triton-client.txt" \
+            in out.stdout
+        assert "pip install numpy" not in out.stdout and "/bin/pip install" not in out.stdout
     assert not any(tmp_path.iterdir())
+
+
+def test_the_triton_lock_pins_only_its_inputs_packages_with_numpy_1():
+    # compiled with --no-deps: nvidia-pytriton's own requirements (pyzmq, tritonclient, ...) are not in it
+    entries = lockfile.read(ROOT / "locks" / "triton.txt")[0]
+    assert sorted(e.name for e in entries) == ["numpy", "nvidia-pytriton"]
+    assert lockfile.pin(ROOT / "locks" / "triton.txt", "numpy").split(".")[0] == "1"
+
+
+def test_the_triton_client_lock_keeps_every_package_the_client_lock_pins_at_its_version():
+    # (a marker may be narrower here: tritonclient needs a package under fewer conditions than the client does)
+    client = {(e.name, e.version) for e in lockfile.read(ROOT / "locks" / "client.txt")[0]}
+    client_names = {name for name, _ in client}
+    triton = lockfile.read(ROOT / "locks" / "triton-client.txt")[0]
+    shared = [e for e in triton if e.name in client_names]
+    assert len(shared) > 5, "triton-client.txt shares almost no package with client.txt"
+    assert [f"{e.name}=={e.version}" for e in shared if (e.name, e.version) not in client] == []
+    assert "tritonclient" in {e.name for e in triton} and "tritonclient" not in client_names
