@@ -45,13 +45,13 @@ def test_a_model_that_fails_to_load_is_reported_with_its_status_and_log(tmp_path
     """A model whose initialize() raises: Triton stays up with the model UNAVAILABLE; the deployment fails with
     Triton's reason and the last lines of its log, and nothing is left running."""
     from harness.errors import LayerbenchError
-    from stacks import triton
+    from stacks import triton, triton_repo
     from stacks.base import DeploySettings
 
     broken = tmp_path / "model.py"
     broken.write_text("class TritonPythonModel:\n    def initialize(self, args):\n"
                       "        raise RuntimeError('layerbench-test: this model cannot load')\n")
-    monkeypatch.setattr(triton, "MODEL_PY", broken)
+    monkeypatch.setattr(triton_repo, "MODEL_PY", broken)  # the repository is written from triton_repo's
     before = shm_and_tmp()
     stack = triton.TritonStack(DeploySettings(log_dir=tmp_path / "logs"))
     with pytest.raises(LayerbenchError) as e, stack:
