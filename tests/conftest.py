@@ -21,6 +21,17 @@ def tokenizer_path() -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def fresh_gpu_probe():
+    """Each test asks the driver anew: harness.gpus caches its answer per process, and a test that scripts a fake
+    NVML or nvidia-smi must not leave its host behind for the next one (the probe reads NVML first)."""
+    from harness import gpus
+
+    gpus.reset_cache()
+    yield
+    gpus.reset_cache()
+
+
 @pytest.fixture
 def write_profile(tmp_path: Path) -> Callable[..., Path]:
     def _write(name: str = "t", **fields) -> Path:
