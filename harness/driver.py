@@ -45,7 +45,14 @@ class DriverInfo:
     @property
     def major(self) -> int | None:
         """The driver's branch (610 of "610.43.02")."""
-        return int(self.driver.split(".")[0]) if self.driver and self.driver.split(".")[0].isdigit() else None
+        return branch(self.driver)
+
+
+def branch(driver: str | None) -> int | None:
+    """The branch of a driver version ("570.133.20" -> 570), None when it is not a version: the number NVIDIA's
+    compatibility floors are written in (harness.engine_build.DRIVER_FLOOR)."""
+    m = re.match(r"(\d+)(?:\.|$)", (driver or "").strip())
+    return int(m.group(1)) if m else None
 
 
 def cuda_from_int(value: int) -> str:

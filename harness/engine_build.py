@@ -18,6 +18,7 @@ import argparse
 import sys
 from dataclasses import asdict, dataclass
 
+from harness.driver import branch as driver_branch
 from harness.errors import LayerbenchError
 
 VLLM_VERSION = "0.32.0"  # both sides of every compare; the Makefile reads this line
@@ -82,11 +83,6 @@ def _version(text: str) -> tuple[int, int]:
     return int(major), int(minor.split(".")[0] or 0)
 
 
-def _branch(driver: str | None) -> int | None:
-    head = (driver or "").split(".")[0]
-    return int(head) if head.isdigit() else None
-
-
 def variants(version: str = VLLM_VERSION) -> tuple[CudaVariant, ...]:
     if version not in CUDA_VARIANTS:
         raise LayerbenchError(f"layerbench knows no CUDA builds of vLLM {version}: the ones it knows are "
@@ -123,7 +119,7 @@ def choose(cuda: str | None, driver: str | None = None, version: str = VLLM_VERS
         have = _version(cuda) if cuda else None
     except ValueError:
         raise LayerbenchError(f"cannot read the driver's CUDA version {cuda!r}") from None
-    branch = _branch(driver)
+    branch = driver_branch(driver)
     drv = f"driver {driver}" if driver else "the driver"
     for v in variants(version):  # newest CUDA first
         if not _runs(v, have, branch):

@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from harness.driver import branch as driver_branch
 from harness.engine_build import DRIVER_FLOOR
 from harness.errors import LayerbenchError
 from stacks.k8s.images import image_cuda
@@ -37,12 +38,6 @@ def needed_driver(cuda: str) -> int | None:
     """The oldest driver branch that runs a CUDA version ("13.0" -> 580), None for a CUDA not in the table."""
     m = re.match(r"(\d+)", cuda)
     return DRIVER_FLOOR.get(int(m.group(1))) if m else None
-
-
-def driver_branch(driver: str) -> int | None:
-    """The branch of a driver version ("570.133.20" -> 570), None when it is not a version."""
-    m = re.match(r"(\d+)(?:\.|$)", driver.strip())
-    return int(m.group(1)) if m else None
 
 
 def node_driver(labels: dict[str, str]) -> str | None:
