@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from harness.analysis.judging import ENDPOINTS, judge_endpoints
+from harness.analysis.sequential import Looks
 from harness.analysis.steady import likely_cause
 from harness.analysis.verdict import MARGIN, pct
 from harness.schemas import Components, DeltaInterval, LevelDelta, LevelSummary, RunSummary, Verdict
@@ -84,16 +85,16 @@ def level_deltas(base: RunSummary | None, stack: RunSummary | None, levels: Sequ
 
 def judged_levels(base: RunSummary | None, stack: RunSummary | None, levels: Sequence[float],
                   open_loop: bool | None = None, order: Sequence[int] = (), host: dict[str, Components] | None = None,
-                  margin: float = MARGIN, no_verdict: dict | None = None
+                  margin: float = MARGIN, no_verdict: dict | None = None, looks: Looks | None = None
                   ) -> tuple[list[LevelDelta], dict[str, Components]]:
     """One LevelDelta per level (concurrencies, or offered rates when the runs are open-loop), and this compare's
     own variance components. order: +1/-1 per pair (which side ran first); host: the latest A/A's components;
-    no_verdict: level -> why it gets none (host-bound, client-bound)."""
+    no_verdict: level -> why it gets none (host-bound, client-bound); looks: a sequential compare's look."""
     if open_loop is None:
         open_loop = bool((base and base.open_loop) or (stack and stack.open_loop))
     no_verdict = dict(no_verdict or {})
     judged = [c for c in levels if c not in no_verdict]
-    verdicts, own = judge_endpoints(base, stack, judged, order, host or {}, margin)
+    verdicts, own = judge_endpoints(base, stack, judged, order, host or {}, margin, looks)
     out = []
     for c in levels:
         b_all = [lv for lv in (base.levels if base else []) if lv.stats.level == c]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as st
 
+from harness.analysis.sequential import Looks
 from harness.analysis.verdict import components, judge
 from harness.schemas import Components, Instability, LevelSummary, RunSummary, Verdict
 
@@ -64,10 +65,11 @@ def differences(base: RunSummary | None, stack: RunSummary | None, levels: Seque
 
 
 def judge_endpoints(base: RunSummary | None, stack: RunSummary | None, levels: Sequence[float],
-                    order: Sequence[int], host: dict[str, Components], margin: float
+                    order: Sequence[int], host: dict[str, Components], margin: float, looks: Looks | None = None
                     ) -> tuple[dict[str, list[Verdict]], dict[str, Components]]:
     """Per endpoint, one Verdict per level (levels: those that get a verdict), and this compare's own variance
-    components (what a later compare floors at, when this is an A/A). order: +1/-1 per pair index."""
+    components (what a later compare floors at, when this is an A/A). order: +1/-1 per pair index. looks: a
+    sequential compare's look (its boundaries, and what earlier looks decided)."""
     verdicts: dict[str, list[Verdict]] = {}
     own: dict[str, Components] = {}
     for ep in ENDPOINTS:
@@ -84,8 +86,9 @@ def judge_endpoints(base: RunSummary | None, stack: RunSummary | None, levels: S
             groups.setdefault(tuple(np.flatnonzero(~np.isnan(d[:, j]))), []).append(j)
         for rows, cols in groups.items():
             sub = d[np.ix_(list(rows), cols)] if rows else np.empty((0, len(cols)))
-            for j, v in zip(cols, judge(sub, signs[list(rows)], host.get(ep.key), margin, ep.direction, ep.log),
-                            strict=True):
+            look = looks.endpoint(ep.key, [levels[j] for j in cols], ep.log, margin) if looks else None
+            for j, v in zip(cols, judge(sub, signs[list(rows)], host.get(ep.key), margin, ep.direction, ep.log,
+                                        look), strict=True):
                 out[j] = v
             if len(cols) == len(levels) and (c := components(sub)) is not None:
                 own[ep.key] = c

@@ -24,6 +24,8 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats as st
 
+from harness.analysis import sequential
+from harness.analysis.sequential import Look
 from harness.schemas import Components, Verdict
 
 ALPHA = 0.05
@@ -71,11 +73,13 @@ def holm(p: Sequence[float | None]) -> list[float | None]:
 
 
 def judge(d: np.ndarray, order: np.ndarray, host: Components | None = None, margin: float = MARGIN,
-          direction: int = 1, log_scale: bool = True) -> list[Verdict]:
+          direction: int = 1, log_scale: bool = True, look: Look | None = None) -> list[Verdict]:
     """Per-level verdicts of one endpoint. d: stack minus baseline per pair (rows) and level (columns), log
     values for throughput and TTFT, shares for goodput; order: +1/-1 per pair (which side ran first); host: the
     latest A/A's components (pooled in, and a floor). direction: +1 when larger is better (throughput, goodput),
-    -1 when smaller is (TTFT): an `overhead` is a change in the bad direction."""
+    -1 when smaller is (TTFT): an `overhead` is a change in the bad direction. look: a sequential compare's look
+    (harness.analysis.sequential): its boundaries replace the fixed design's 5% and 90%, and what an earlier look
+    decided stays decided."""
     d = np.asarray(d, dtype=float)
     order = np.asarray(order)
     keep = ~np.isnan(d).any(axis=1)
@@ -96,12 +100,16 @@ def judge(d: np.ndarray, order: np.ndarray, host: Components | None = None, marg
     se = math.sqrt(var * factor)
     t, t_power, t90 = (float(x) for x in st.t.ppf([1 - ALPHA / 2, POWER, 1 - ALPHA], df))
     ps = 2 * st.t.sf(np.abs(est) / se, df) if se > 0 else np.where(est != 0, 0.0, 1.0)
+    mde = (t + t_power) * se if look is None else sequential.detectable(se, df, look)
     out = [Verdict(estimate=float(e), lo=float(e - t * se), hi=float(e + t * se), se=se, df=df, p=float(p),
-                   mde=(t + t_power) * se, pairs=len(d), floored=floored) for e, p in zip(est, ps, strict=True)]
+                   mde=mde, pairs=len(d), floored=floored) for e, p in zip(est, ps, strict=True)]
     bound = margin if not log_scale else math.log1p(margin)
     for v, ph in zip(out, holm([v.p for v in out]), strict=True):
         v.p_holm = ph
         v.verdict = _call(v, ph, t90, bound, direction)
+    if look is not None:
+        for v, call in zip(out, sequential.calls(est, se, df, ps, look, bound, direction), strict=True):
+            v.verdict = call
     return out
 
 

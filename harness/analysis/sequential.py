@@ -1,0 +1,174 @@
+"""Looking after every pair without raising the false-positive rate: group-sequential boundaries from an
+alpha-spending function.
+
+A compare adds deployment pairs until each judged level and endpoint is decided. Testing at 5% after every pair
+would, over five looks, call a difference that is not there about 14% of the time (Armitage, McPherson & Rowe,
+1969). Instead each look may spend only part of the 5%: Lan & DeMets' (1983) O'Brien-Fleming-type spending
+function (gsDesign's sfLDOF), alpha/2 spent on each side, t the information fraction (pairs measured / the most the
+compare may measure). It spends almost nothing early (a level is called after 2 of 6 pairs only when its effect
+is far past the noise) and leaves the last look's boundary near the fixed design's (1.96 becomes about 2.0-2.03),
+so a compare that runs to the end loses little power. The boundary of each look follows from what was spent
+before: the z-statistics of successive looks are those of a Brownian motion at t_1 < t_2 < ..., and c_j solves
+P(no earlier crossing, |Z_j| >= c_j) = alpha(t_j) - alpha(t_{j-1}) (Jennison & Turnbull, "Group Sequential
+Methods with Applications to Clinical Trials", 2000, ch. 7 and 19), integrated numerically on a grid here.
+
+A look's boundary is applied to the t-statistic through its nominal p-value (the two-sided p that c_j has under
+the normal), the usual way a spending boundary is carried to small samples. Equivalence (two one-sided tests at
+5% each) uses the same spending at 10% two-sided. Holm's step-down across levels is done at each look with the
+boundaries of alpha / (hypotheses left), and a level rejected at one look stays rejected (a sequential Holm,
+Tamhane, Mehta & Liu, Biometrics 2010)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from scipy import optimize
+from scipy import stats as st
+
+GRID = 601  # points per look on the continuation region: boundaries agree with 2001 points to < 1e-3
+FAR = 8.0  # a z boundary for a look that may spend nothing (P(|Z| > 8) ~ 1e-15)
+
+
+def spent(alpha: float, t: float) -> float:
+    """The two-sided alpha spent by information t: alpha / 2 on each side, each by Lan-DeMets' O'Brien-Fleming-type
+    function f(t; a) = 2 - 2 Phi(Phi^-1(1 - a/2) / sqrt(t)) (gsDesign's sfLDOF, applied as gsDesign does to a
+    symmetric two-sided design: https://search.r-project.org/CRAN/refmans/gsDesign/html/sfLDOF.html). Five even
+    looks at 5% give boundaries 4.88, 3.36, 2.68, 2.29, 2.03."""
+    if t <= 0:
+        return 0.0
+    z = st.norm.isf(alpha / 4)
+    return float(min(alpha, 4 * st.norm.sf(z / math.sqrt(min(t, 1.0)))))
+
+
+@lru_cache(maxsize=512)
+def boundaries(alpha: float, fractions: tuple[float, ...]) -> tuple[float, ...]:
+    """Two-sided z boundaries c_1..c_J for looks at the increasing information fractions (the last may be 1)."""
+    if not fractions or any(b <= a for a, b in zip(fractions, fractions[1:], strict=False)) or fractions[0] <= 0:
+        raise ValueError(f"information fractions must increase from above 0: {fractions}")
+    out: list[float] = []
+    grid = dens = None  # the sub-density of S = Z sqrt(t) at the previous look, over its continuation region
+    prev_t = 0.0
+    for t in fractions:
+        share = spent(alpha, t) - spent(alpha, prev_t)
+        dt = t - prev_t
+        if grid is None:
+            c = float(st.norm.isf(share / 2)) if share > 0 else FAR
+            b = c * math.sqrt(t)
+            grid = np.linspace(-b, b, GRID)
+            dens = st.norm.pdf(grid, scale=math.sqrt(t))
+        else:
+            w = _weights(grid)
+            sd = math.sqrt(dt)
+
+            def exit_prob(b: float, grid=grid, dens=dens, w=w, sd=sd) -> float:
+                tail = st.norm.sf((b - grid) / sd) + st.norm.cdf((-b - grid) / sd)
+                return float((w * dens * tail).sum())
+
+            if share <= 0 or exit_prob(FAR * math.sqrt(t)) >= share:
+                b = FAR * math.sqrt(t)
+            else:
+                b = optimize.brentq(lambda b, share=share: exit_prob(b) - share, 1e-9, FAR * math.sqrt(t), xtol=1e-10)
+            new = np.linspace(-b, b, GRID)
+            kernel = st.norm.pdf((new[:, None] - grid[None, :]) / sd) / sd
+            dens = kernel @ (w * dens)
+            grid = new
+            c = b / math.sqrt(t)
+        out.append(float(c))
+        prev_t = t
+    return tuple(out)
+
+
+def _weights(grid: np.ndarray) -> np.ndarray:
+    """Trapezoid weights on an even grid."""
+    h = grid[1] - grid[0]
+    w = np.full(grid.size, h)
+    w[0] = w[-1] = h / 2
+    return w
+
+
+def nominal_p(alpha: float, fractions: tuple[float, ...]) -> float:
+    """The two-sided p-value a test must reach at the last of these looks."""
+    return float(2 * st.norm.sf(boundaries(round(alpha, 12), tuple(round(f, 9) for f in fractions))[-1]))
+
+
+def fractions(looks: list[int], most: int, final: bool) -> tuple[float, ...]:
+    """Information fractions of the looks made after `looks` pairs (increasing), out of `most` pairs; the final
+    look spends what is left (t = 1) even when it comes before `most` pairs (the budget ran out)."""
+    out = [min(1.0, k / most) for k in looks]
+    if final:
+        out[-1] = 1.0
+    # two looks at the same fraction (a look past `most`) are one
+    return tuple(sorted(set(out)))
+
+
+@dataclass(frozen=True)
+class Look:
+    """One look of a sequential compare, as an endpoint's judge sees it: the information fractions of every look so
+    far (this one last) and, per level, the verdict an earlier look decided (a decision stays made)."""
+
+    pairs: int
+    fractions: tuple[float, ...]
+    earlier: tuple[str | None, ...] = ()
+    target: float | None = None  # the effect this endpoint must be able to detect before it is called equivalent
+
+    @property
+    def final(self) -> bool:
+        return self.fractions[-1] >= 1.0
+
+
+def calls(est: np.ndarray, se: float, df: float, p: np.ndarray, look: Look, margin: float, direction: int,
+          alpha: float = 0.05) -> list[str]:
+    """Per level, this look's verdict: a level an earlier look decided keeps its verdict; the open ones go through
+    Holm's step-down at this look's boundaries (alpha / the hypotheses not yet rejected, then one fewer, ...), and
+    those not rejected are `equivalent` when the two one-sided tests of the margin pass at this look's boundary
+    (spending 2 x 5%, two-sided) and, before the last look, this look could detect `look.target`; else
+    `inconclusive`."""
+    m = len(est)
+    out: list[str | None] = [look.earlier[i] if i < len(look.earlier) else None for i in range(m)]
+    rejected = sum(v in ("overhead", "gain") for v in out)
+    open_ = sorted((i for i in range(m) if out[i] is None), key=lambda i: p[i])
+    for r, i in enumerate(open_):
+        if p[i] < nominal_p(alpha / (m - rejected - r), look.fractions):
+            out[i] = "gain" if est[i] * direction > 0 else "overhead"
+        else:
+            break
+    t_eq = float(st.t.isf(nominal_p(2 * alpha, look.fractions) / 2, df)) if df > 0 else math.inf
+    # Before the last look a level is called equivalent only once this look could also have found the target
+    # effect (at Holm's strictest level): a 3% overhead lies inside a 5% margin, and calling it equivalent after
+    # two pairs would stop the compare before it can be seen. The rule reads the interval's width, not the
+    # estimate, so stopping does not select estimates near zero (which would make the intervals at stop cover
+    # more than they say).
+    strictest = alpha / max(1, m - rejected)
+    ready = look.final or look.target is None or detectable(se, df, look, strictest) <= look.target
+    return [v if v is not None else ("equivalent" if ready and abs(e) + t_eq * se < margin else "inconclusive")
+            for v, e in zip(out, est, strict=True)]
+
+
+def detectable(se: float, df: float, look: Look, alpha: float = 0.05, power: float = 0.80) -> float:
+    """The smallest effect this look's boundary finds with `power`: (t at the boundary + t at the power) x se."""
+    if df <= 0:
+        return math.inf
+    return float((st.t.isf(nominal_p(alpha, look.fractions) / 2, df) + st.t.ppf(power, df)) * se)
+
+
+@dataclass(frozen=True)
+class Looks:
+    """A compare's look for every endpoint: the pairs so far, the information fractions, what earlier looks decided
+    (endpoint -> level -> verdict) and the throughput effect the compare is sized for (a share)."""
+
+    pairs: int
+    fractions: tuple[float, ...]
+    decided: dict[str, dict[float, str]]
+    target_mde: float
+
+    def endpoint(self, key: str, levels: list[float], log: bool, margin: float) -> Look:
+        """Throughput, the endpoint the compare is sized for, must be able to detect the target before a level is
+        called equivalent; goodput and TTFT p95 are equivalent once their interval at the look's boundary lies
+        inside the margin."""
+        earlier = self.decided.get(key, {})
+        target = (math.log1p(self.target_mde) if log else self.target_mde) if key == "throughput" else None
+        return Look(pairs=self.pairs, fractions=self.fractions, earlier=tuple(earlier.get(c) for c in levels),
+                    target=target)
