@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from rich.console import Console
 
 from harness.analysis.audit import live_facts, refresh_logs
+from harness.analysis.startup import engine_log_phases
 from harness.errors import LayerbenchError
 from harness.load.gpu_telemetry import VramGuard
 from harness.profile import LoadProfile
@@ -66,6 +68,7 @@ def make_ready(stack: Stack, profile: LoadProfile, writer: RunWriter, label: str
     writer.write_meta(phase=f"{label}: deploying {stack.kind}")
     stack.deploy()
     waited = stack.wait_ready(stack.settings.startup_timeout_s)
+    ready_at = datetime.now()  # naive local time, as vLLM's log timestamps are
     start = stack.describe().get("engine_start")  # every local vLLM starts cold (stacks.engine_env.cold_cache)
     console.print(f"[green]{label}: {stack.kind} ready[/] in {waited:.1f}s" + (f" ({start})" if start else "")
                   + f" at {stack.endpoint().base_url}")
@@ -96,11 +99,13 @@ def make_ready(stack: Stack, profile: LoadProfile, writer: RunWriter, label: str
         summary.calibration = prior.calibration
         skip = frozenset((lv.stats.repeat, lv.stats.level) for lv in prior.levels if lv.incomplete is None)
     key = label if pair is None else f"{label} pair {pair + 1}"  # None: the only pair
+    logs = stack.log_locations()
+    phases = engine_log_phases(logs, waited, ready_at)  # where the start went, from vLLM's own log lines
     deployments = {**writer.meta.get("deployments", {}), key: {
         **stack.describe(), "engine_version": summary.engine_version, "applied": summary.applied.model_dump(),
         "gpus": list(stack.settings.devices),
         "startup_s": round(waited, 1), "pids": sorted(p.pid for ps in stack.processes().values() for p in ps),
-        "logs": {k: str(v) for k, v in stack.log_locations().items()}}}
+        "logs": {k: str(v) for k, v in logs.items()}, **({"start_phases": phases} if phases else {})}}
     model = stack.settings.model
     writer.write_meta(deployments=deployments, **({"model": model.model_dump(mode="json")} if model else {}))
     extra: dict = {"first_repeat": pair * n_repeats, "pair": pair} if pair else {}
