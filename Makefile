@@ -6,6 +6,8 @@
 #   make report                all stacks from every compare under results/ (RUN=<run-id>: one compare's report again)
 #   make soak                  10 min at c=64 against the reference engine with faults on a schedule
 #   make compare STACK=ray RESUME=<run-id>   continue an interrupted or failed compare
+#   make compare STACK=ray MDE=2% BUDGET=20m   size the compare for a 2% effect within 20 minutes; it stops when
+#                              every level is decided (MAX_PAIRS=N: at most N pairs; PAIRS=N: exactly N, no early stop)
 #   make test                  unit + integration tests (starts real vLLM on CPU)
 #   make compare STACK=kserve MODE=inprocess   KServe's modes: raw (default), inprocess, proxy
 #   make compare STACK=ray TARGET=k8s ARGS=--dry-run   the GPU cluster's manifests, rendered and validated (or docker)
@@ -37,6 +39,9 @@ MODE ?=
 CLUSTER_CONFIG ?=
 REPEATS ?=
 PAIRS ?=
+MDE ?=
+BUDGET ?=
+MAX_PAIRS ?=
 DEPLOYMENTS ?=
 RESUME ?=
 DURATION ?= 600
@@ -148,7 +153,8 @@ run: $(needs)  ## one deployment through the load harness
 
 compare: $(needs)  ## a layer against its version-matched bare vLLM; report under reports/<run>/
 	$(LB) compare $(if $(RESUME),--resume $(RESUME),--stack $(STACK) --profile $(PROFILE) $(MODEL_ARGS)) \
-		$(if $(REPEATS),--repeats $(REPEATS)) $(if $(PAIRS),--pairs $(PAIRS)) $(if $(DEPLOYMENTS),--deployments $(DEPLOYMENTS)) $(if $(MODE),--opt mode=$(MODE)) --target $(TARGET) $(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) $(ARGS)
+		$(if $(REPEATS),--repeats $(REPEATS)) $(if $(PAIRS),--pairs $(PAIRS)) $(if $(DEPLOYMENTS),--deployments $(DEPLOYMENTS)) $(if $(MODE),--opt mode=$(MODE)) --target $(TARGET) $(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) \
+		$(if $(MDE),--mde $(MDE)) $(if $(BUDGET),--budget $(BUDGET)) $(if $(MAX_PAIRS),--max-pairs $(MAX_PAIRS)) $(ARGS)
 
 capacity: $(needs)  ## the highest concurrency (or rate) meeting the SLA
 	$(LB) capacity --stack $(STACK) --profile $(PROFILE) $(MODEL_ARGS) $(if $(URL),--url $(URL)) $(if $(MODE),--opt mode=$(MODE)) \

@@ -19,8 +19,10 @@ from harness.analysis.audit import audit_from_scrapes
 from harness.analysis.deltas import client_bound, judged_levels, level_deltas
 from harness.analysis.emulation import stretched_levels
 from harness.analysis.judging import instability
+from harness.analysis.sequential import Looks
 from harness.errors import LayerbenchError
 from harness.pairs import measure_pairs, pair_order
+from harness.planning import Plan
 from harness.profile import LoadProfile
 from harness.results import RunWriter, read_jsonl
 from harness.resume import ResumePlan, ResumeRefused
@@ -32,6 +34,7 @@ from harness.schemas import (
     ServedModel,
 )
 from harness.session import Sides
+from harness.stopping import SequentialStop, start_times
 from stacks.base import Stack
 from stacks.engine_frontend import frontend_note
 from stacks.engine_model import study_comparable
@@ -116,10 +119,11 @@ def check_versions(baseline: Stack, stack: Stack, allow_mismatch: bool) -> dict[
 
 def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: Console, repeats: int,
                 allow_mismatch: bool, plan: ResumePlan | None = None,
-                placement: dict | None = None) -> CompareSummary:
-    """profile.pairs deployment pairs in counterbalanced order (harness.pairs), and the verdicts between them.
-    plan: a resumed compare; a deployment it measured completely is not made again, the one it stopped in
-    continues after its last complete level."""
+                placement: dict | None = None, pairs_plan: Plan | None = None) -> CompareSummary:
+    """Deployment pairs in counterbalanced order (harness.pairs), and the verdicts between them: profile.pairs of
+    them (stopping: fixed), or, with pairs_plan (stopping: sequential), pairs added until every level is decided
+    or the budget or max_pairs is spent (harness.stopping). plan: a resumed compare; a deployment it measured
+    completely is not made again, the one it stopped in continues after its last complete level."""
     baseline = stack.baseline()
     if baseline is None:
         raise LayerbenchError(f"stack {stack.kind} names no baseline")
@@ -155,15 +159,30 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
         writer.write_json("compare.json", summary.model_dump())
 
     t0 = time.monotonic()
+    live: dict = {}
+
+    def judge_at(looks: Looks | None) -> None:
+        settle(summary, profile, read_jsonl(writer.dir / "scrapes.jsonl"), live, stack.observability_note(),
+               allow_mismatch, looks)
+
+    stop = SequentialStop(summary, pairs_plan, writer, console, judge_at) if pairs_plan is not None else None
     if profile.deployments == "interleaved":
         from harness.interleave import measure_interleaved
 
         measured = measure_interleaved(stack, profile.pairs, profile, writer, console, repeats, plan, after_side=keep)
     else:
-        measured = measure_pairs(stack, profile.pairs, profile, writer, console, repeats, plan, after_side=keep)
+        most = pairs_plan.max_pairs if pairs_plan is not None else profile.pairs
+        if pairs_plan is not None:
+            summary.pairs, summary.order = most, pair_order(most)
+        measured = measure_pairs(stack, most, profile, writer, console, repeats, plan, after_side=keep,
+                                 after_pair=stop)
     keep(measured)
-    settle(summary, profile, read_jsonl(writer.dir / "scrapes.jsonl"), measured.live, stack.observability_note(),
-           allow_mismatch)
+    live.update(measured.live)
+    judge_at(stop.last if stop is not None else None)
+    if stop is not None and stop.state.looks:
+        summary.pairs = stop.state.looks[-1]
+        summary.order = pair_order(summary.pairs)
+    summary.start_s = start_times(writer)
     summary.wall_s = time.monotonic() - t0
     if placement is not None:  # harness.session.place(profile), as run.json records it
         summary.placement, summary.host_cores = placement["sentence"], placement["host_cores"]
@@ -173,7 +192,7 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
 
 
 def settle(summary: CompareSummary, profile: LoadProfile, scrapes: list[dict], live: dict,
-           note: str | None, allow_mismatch: bool) -> CompareSummary:
+           note: str | None, allow_mismatch: bool, looks: Looks | None = None) -> CompareSummary:
     """Everything a compare concludes once both sides' runs are in `summary.runs` (measured here, or unpacked
     from a cluster's load Jobs): versions, settings, the per-level deltas, the audit and the status."""
     summary.version_match = summary.versions.get("baseline") == summary.versions.get("stack")
@@ -192,7 +211,8 @@ def settle(summary: CompareSummary, profile: LoadProfile, scrapes: list[dict], l
                   for c in stretched_levels(summary)}}
     summary.levels, summary.components = judged_levels(
         base, stack, levels, profile.open_loop, order=summary.order or pair_order(summary.pairs),  # 0: interleaved
-        host=summary.aa.components if summary.aa else {}, margin=summary.margin, no_verdict=no_verdict)
+        host=summary.aa.components if summary.aa else {}, margin=summary.margin, no_verdict=no_verdict,
+        looks=looks)
     summary.instability = instability(base, stack, [lv.level for lv in summary.levels if lv.judged])
     summary.audit = audit_from_scrapes(scrapes, live, summary.stack, summary.renames or (), note, summary.metricless)
     summary.status = "failed" if summary.failures else "complete"

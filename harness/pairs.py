@@ -12,6 +12,7 @@ deployment's start costs about as much as a sweep (Kalibera & Jones, "Rigorous b
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from rich.console import Console
 
@@ -25,6 +26,7 @@ from harness.schemas import RunSummary
 from harness.session import Sides, deploy_and_measure, last_released
 from harness.sweep import summary_file
 from stacks.base import Stack
+from stacks.engine_env import remove_cache, side_cache, side_start
 
 ORDER = (1, -1, -1, 1)  # +1: the pair's baseline is deployed first (ABBA, then BAAB, ...)
 
@@ -52,14 +54,35 @@ def schedule(stack: Stack, pairs: int) -> list[tuple[str, int, Stack]]:
     return out
 
 
+def with_side_cache(target: Stack, root: Path, pair: int) -> Stack:
+    """Give the deployment's vLLM (behind a front, where there is one) its side's compile cache for this compare
+    (stacks.engine_env.side_cache): kept across the side's deployments, removed at the compare's end."""
+    for t in (target, getattr(target, "engine", None)):
+        if t is not None and hasattr(t, "engine_cache"):
+            t.engine_cache, t.keep_cache, t.engine_start = root, True, side_start(pair)
+    return target
+
+
 def measure_pairs(stack: Stack, pairs: int, profile: LoadProfile, writer: RunWriter, console: Console,
                   repeats: int, plan: ResumePlan | None = None,
-                  after_side: Callable[[Sides], None] | None = None) -> Sides:
+                  after_side: Callable[[Sides], None] | None = None,
+                  after_pair: Callable[[Sides, int], bool] | None = None) -> Sides:
     """Every deployment of `schedule(stack, pairs)`, each side's windows accumulating in one RunSummary (window
     `repeat` numbers run on across pairs; LevelSummary.pair says which pair). A GPU-like engine's first
     deployment calibrates the levels this host can emulate (harness.analysis.calibrate); the rest measure only those.
     A baseline deployment that fails stops the compare; a stack deployment that fails is recorded, what was
-    measured is kept, and no further deployment is made (nothing more could be paired)."""
+    measured is kept, and no further deployment is made (nothing more could be paired). after_pair(sides, k): called
+    once the k-th pair has both sides measured; True stops the compare there (a sequential compare's look)."""
+    try:
+        return _measure(stack, pairs, profile, writer, console, repeats, plan, after_side, after_pair)
+    finally:
+        for side in ("baseline", "stack"):
+            remove_cache(side_cache(writer.run_id, side))
+
+
+def _measure(stack: Stack, pairs: int, profile: LoadProfile, writer: RunWriter, console: Console, repeats: int,
+             plan: ResumePlan | None, after_side: Callable[[Sides], None] | None,
+             after_pair: Callable[[Sides, int], bool] | None) -> Sides:
     out = Sides()
     invocation = plan.invocation if plan else 0
     guard = VramGuard(list(stack.settings.devices))
@@ -67,21 +90,25 @@ def measure_pairs(stack: Stack, pairs: int, profile: LoadProfile, writer: RunWri
     interrupted: str | None = None
     if plan is not None and (cal := getattr(plan.prior.get("baseline"), "calibration", None)) and cal.left_out:
         profile = profile.with_levels(cal.kept)
+    sides_done: dict[int, int] = {}
     for label, pair, target in schedule(stack, pairs):
         prior = out.runs.get(label) or (plan.prior.get(label) if plan else None)
+        sides_done[pair] = sides_done.get(pair, 0) + 1
         if plan is not None and prior is not None and plan.deployment_done(label, pair, repeats):
             console.print(f"{label} {target.kind} pair {pair + 1}: measured before; not deployed again")
             out.runs[label] = prior
             continue
         if out.failures:  # the stack failed: nothing more can be paired
             break
+        with_side_cache(target, side_cache(writer.run_id, label), pair)
         calibrate = (pair == 0 and label == "baseline" and profile.engine.step is not None
                      and (prior is None or prior.calibration is None))
         try:
             if previous is not None:
                 guard.wait_released(previous)
             previous = f"{label} {target.kind} pair {pair + 1}"
-            console.print(f"[bold]pair {pair + 1} of {pairs}: {label} {target.kind}[/]")
+            most = f"at most {pairs}" if after_pair is not None else f"{pairs}"
+            console.print(f"[bold]pair {pair + 1} of {most}: {label} {target.kind}[/]")
             with target:
                 run = deploy_and_measure(target, profile, writer, label, console, repeats, prior, invocation,
                                          pair=pair if pairs > 1 else None, calibrate=calibrate)
@@ -109,6 +136,8 @@ def measure_pairs(stack: Stack, pairs: int, profile: LoadProfile, writer: RunWri
                                           "interrupted" if interrupted == label else "running")
             if after_side is not None:
                 after_side(out)
+        if sides_done[pair] == 2 and not out.failures and after_pair is not None and after_pair(out, pair + 1):
+            break
     for label, run in out.runs.items():
         if label not in out.failures:
             run.status = "complete"

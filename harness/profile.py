@@ -70,9 +70,10 @@ class EngineSettings(BaseModel):
 
     model_config = _STRICT
     model: str = Field(
-        "auto", description="auto: the tiny model on a host without a GPU, the layer study's Qwen2.5-1.5B-Instruct "
-        "on a GPU host; tiny: the generated 2-layer Qwen2, computed on this host's CPU; gpu-like: the same model "
-        "whose step then sleeps for `step` (the CPU is left free, as a worker waiting on its GPU leaves it); a "
+        "auto", description="auto: the layer study's Qwen2.5-1.5B-Instruct on a GPU host; on a host without one, "
+        "the GPU-like engine when `step` is given, else the tiny model; tiny: the generated 2-layer Qwen2, "
+        "computed on this host's CPU; gpu-like: the same model whose step then sleeps for `step` (the CPU is left "
+        "free, as a worker waiting on its GPU leaves it); a "
         "Hugging Face repo id (org/name, with `revision`); or a local model directory")
     revision: str | None = Field(None, min_length=1, description="a repo id's branch, tag or commit (default: "
                                  "main); the commit it resolves to is recorded")
@@ -113,14 +114,24 @@ class EngineSettings(BaseModel):
             raise ValueError("gpus must be a non-empty list of GPU indices (0, 1, ...), as nvidia-smi -L numbers them")
         return v
 
+    def on_host(self, has_gpu: bool) -> EngineSettings:
+        """`auto` with a `step` decided for the host: the GPU-like engine where there is no NVIDIA GPU, the study's
+        model (the step dropped) where there is one. Anything else is returned as it is."""
+        if self.model != "auto" or self.step is None:
+            return self
+        if not has_gpu:
+            return self.model_copy(update={"model": "gpu-like"})
+        return self.model_copy(update={"step": None, "dtype": "auto" if self.dtype == "fastest" else self.dtype})
+
     @model_validator(mode="after")
     def _step_with_its_model(self) -> EngineSettings:
         if self.model == "gpu-like" and self.step is None:
             raise ValueError("engine.model gpu-like needs engine.step (base_ms, decode_ms_per_token, "
                              "prefill_ms_per_token): the step time it emulates")
-        if self.model != "gpu-like" and self.step is not None:
-            raise ValueError("engine.step applies to engine.model: gpu-like only")
-        if self.dtype == "fastest" and self.model != "gpu-like":
+        if self.model not in ("gpu-like", "auto") and self.step is not None:
+            raise ValueError("engine.step applies to engine.model: gpu-like (or auto: the GPU-like engine where the "
+                             "host has no NVIDIA GPU) only")
+        if self.dtype == "fastest" and self.step is None:
             raise ValueError("engine.dtype fastest applies to engine.model: gpu-like only")
         if self.revision is not None and model_kind(self.model) != "hub":
             raise ValueError(f"engine.revision applies to a Hugging Face repo id, not engine.model {self.model!r}")
@@ -171,6 +182,17 @@ class LoadProfile(BaseModel):
     pairs: int = Field(2, ge=1, le=64, description="compare: deployment pairs (a baseline and a stack each), run in "
                        "counterbalanced order (AB, BA, BA, AB, ...); the deployment is the unit of replication, "
                        "since on a shared host a whole deployment runs faster or slower than the next")
+    stopping: Literal["sequential", "fixed"] = Field(
+        "sequential", description="compare: sequential: pairs are added until every judged level and endpoint is "
+        "decided (overhead, gain, or equivalent within the margin), or `max_pairs` or `budget_min` is reached, each "
+        "look at a group-sequential boundary (harness.analysis.sequential); fixed: exactly `pairs` pairs. A profile "
+        "that sets `pairs` and not `stopping` is fixed, as before")
+    max_pairs: int = Field(8, ge=2, le=64, description="compare, sequential: the most deployment pairs")
+    budget_min: float | None = Field(None, gt=0, description="compare, sequential: wall minutes the compare may "
+                                     "take, deployments' starts included; a pair that would end past it is not "
+                                     "started (none: only `max_pairs` limits it)")
+    target_mde: float = Field(0.03, gt=0, lt=1, description="compare: the throughput effect (a share) the plan "
+                              "sizes the compare to detect at every level, with 80% power at 5%")
     deployments: Literal["sequential", "interleaved"] = Field(  # interleaved: harness.interleave
         "sequential", description="compare: sequential: one deployment up at a time, each sweeping every level; "
         "interleaved: a pair's baseline and stack up at once, their windows in random order at each level, a "
@@ -193,6 +215,14 @@ class LoadProfile(BaseModel):
         "poisson", description="open loop: inter-arrival gaps, exponential (poisson) or 1/rate (constant)")
     seed: int | None = Field(None, description="open loop: seed of the poisson schedule (default: from the run "
                              "id, so a run, its resume and both sides of a compare replay the same arrivals)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fixed_when_pairs_given(cls, data):
+        """A profile written before sequential stopping names its `pairs`: it keeps that fixed design."""
+        if isinstance(data, dict) and "pairs" in data and "stopping" not in data:
+            data = {**data, "stopping": "fixed"}
+        return data
 
     @field_validator("concurrency")
     @classmethod

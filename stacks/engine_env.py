@@ -48,6 +48,19 @@ def cold_cache(kind: str) -> Path:
     return COLD_CACHE_DIR / f"{kind}-{secrets.token_hex(6)}"
 
 
+def side_cache(run_id: str, side: str) -> Path:
+    """A compare's cache root for one side (baseline or stack), kept across its pairs and removed at its end: each
+    side's first deployment starts cold and its later ones find only that side's own compile artefacts, so both
+    sides start alike (both cold in pair 1, both warm after), and no side starts from the other's work."""
+    return COLD_CACHE_DIR / f"{run_id}-{side}"
+
+
+def side_start(pair: int) -> str:
+    """How a deployment with a side cache starts (run.json's engine_start)."""
+    return ENGINE_START if pair == 0 else ("warm: its side's own compile and kernel cache from its earlier "
+                                           "deployments in this compare")
+
+
 def remove_cache(root: Path | None) -> None:
     if root is not None and root.is_relative_to(COLD_CACHE_DIR):
         shutil.rmtree(root, ignore_errors=True)

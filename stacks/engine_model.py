@@ -1,5 +1,6 @@
 """Which model the engine serves, from the profile's `engine.model`, resolved once before anything is deployed:
-- `auto` (the default): `tiny` on a host without a GPU; on a GPU host the layer study's model, STUDY_MODEL;
+- `auto` (the default): on a GPU host the layer study's model, STUDY_MODEL; on a host without one `gpu-like`
+  where the profile gives a `step` (the quick profile), else `tiny`;
 - `tiny`: the generated 2-layer Qwen2 (scripts/make_model.py), computed on this host's CPU;
 - `gpu-like`: the same weights and tokenizer, with a config.json that names the GPU-like architecture (the
   `layerbench_gpulike` vLLM plugin in the engine environment) and carries the emulated step time. One directory
@@ -48,7 +49,9 @@ def wanted(engine: EngineSettings, host: GpuHost | None) -> tuple[str, str, str 
     models on a GPU host: their numbers would be the CPU's and the client's, not the GPU's."""
     kind = model_kind(engine.model)
     if kind == "auto":
-        return ("hub", *STUDY_MODEL) if host else ("tiny", "tiny", None)
+        if host:
+            return ("hub", *STUDY_MODEL)
+        return ("gpu-like", "gpu-like", None) if engine.step is not None else ("tiny", "tiny", None)
     if kind in ("tiny", "gpu-like") and host is not None:
         raise LayerbenchError(
             f"engine.model {kind} is the generated 2-layer random model, computed on the CPU; this host has "

@@ -35,6 +35,8 @@ class LocalServerStack(Stack):
         self.proc: ManagedProcess | None = None
         self.leftovers = Leftovers()
         self.engine_cache = cold_cache(self.kind)  # the vLLM this deployment starts, if any: its own cache root
+        self.engine_start = ENGINE_START
+        self.keep_cache = False  # a compare's side cache (stacks.engine_env.side_cache) outlives the deployment
 
     def ports(self) -> list[int]:
         """Every port this deployment listens on: checked free before start, and free again after teardown."""
@@ -62,7 +64,8 @@ class LocalServerStack(Stack):
                             leader_grace=self.leader_grace_s)
         finally:
             self.leftovers.remove()  # vLLM's /tmp/vllm_dist_* even on a clean shutdown; /dev/shm when killed
-            remove_cache(self.engine_cache)
+            if not self.keep_cache:
+                remove_cache(self.engine_cache)
             self.after_teardown()
 
     def after_teardown(self) -> None:
@@ -98,7 +101,7 @@ class LocalServerStack(Stack):
         """With the API server in the request path and how its engine starts (run.json's deployments)."""
         out = super().describe()
         if replaced := self.frontend_replaced():
-            out.update(frontend=f"none of vLLM's: {replaced}", engine_start=ENGINE_START)
+            out.update(frontend=f"none of vLLM's: {replaced}", engine_start=self.engine_start)
         elif (frontend := self.frontend()) is not None:
-            out.update(frontend=frontend_text(frontend, self.settings.engine.frontend), engine_start=ENGINE_START)
+            out.update(frontend=frontend_text(frontend, self.settings.engine.frontend), engine_start=self.engine_start)
         return out

@@ -69,14 +69,27 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         "per side, a level split between them (CLIENT_PROCS=; default: the profile's, auto)")
 
 
+def _has_gpu(args: argparse.Namespace) -> bool:
+    """Whether the engine will run on NVIDIA GPUs: a cluster or docker target's hosts, or this host's."""
+    if getattr(args, "target", "local") != "local":
+        return True
+    from harness.gpus import host_gpus
+
+    return host_gpus() is not None
+
+
 def profile_for(args: argparse.Namespace) -> LoadProfile:
     """The profile named on the command line, with `--model`, `--revision` and `--gpus` (MODEL=, REVISION=,
     GPUS=) applied to its engine settings, so run.json records what was served."""
     from harness.analysis.calibrate import resolved_dtype  # numpy: imported only by the commands that load a profile
 
     profile = load_profile(getattr(args, "profile", None) or "quick")
+    profile = profile.model_copy(update={"engine": profile.engine.on_host(_has_gpu(args))})
     if getattr(args, "pairs", None):
-        profile = profile.model_copy(update={"pairs": args.pairs})
+        profile = profile.model_copy(update={"pairs": args.pairs, "stopping": "fixed"})
+    for field, arg in (("target_mde", "mde"), ("budget_min", "budget"), ("max_pairs", "max_pairs")):
+        if getattr(args, arg, None) is not None:
+            profile = profile.model_copy(update={field: getattr(args, arg)})
     if getattr(args, "deployments", None):
         profile = profile.model_copy(update={"deployments": args.deployments})
     if getattr(args, "client_procs", None):

@@ -174,3 +174,42 @@ def gpu_list(s: str) -> list[int]:
     if not parts or any(not _DIGITS.fullmatch(p) for p in parts):
         raise argparse.ArgumentTypeError(f"GPUs are indices separated by commas (e.g. 0,1), got {_shown(s)}")
     return [int(p) for p in parts]
+
+
+_NUMBER = re.compile(r"[0-9]{1,6}(\.[0-9]{1,6})?")
+
+
+def mde(s: str) -> float:
+    """A detectable effect as a share: `3%` (or `3`) is 0.03; a number below 1 without `%` is a share already."""
+    text = s.strip()
+    pct = text.endswith("%")
+    body = text.removesuffix("%").strip()
+    if not _NUMBER.fullmatch(body):
+        raise argparse.ArgumentTypeError(f"MDE must be a percentage such as 3%, got {_shown(s)}")
+    x = float(body)
+    share = x / 100 if pct or x >= 1 else x
+    if not 0 < share < 1:
+        raise argparse.ArgumentTypeError(f"MDE must be above 0% and below 100%, got {_shown(s)}")
+    return share
+
+
+def budget(s: str) -> float:
+    """A time budget in minutes: `15m`, `900s`, `1.5h`, or a number of minutes."""
+    text = s.strip().lower()
+    unit = text[-1] if text and text[-1] in "smh" else "m"
+    body = text[:-1] if text and text[-1] in "smh" else text
+    if not _NUMBER.fullmatch(body):
+        raise argparse.ArgumentTypeError(f"BUDGET must be a time such as 15m, 900s or 1.5h, got {_shown(s)}")
+    minutes = float(body) * {"s": 1 / 60, "m": 1.0, "h": 60.0}[unit]
+    if minutes <= 0:
+        raise argparse.ArgumentTypeError(f"BUDGET must be longer than 0, got {_shown(s)}")
+    return minutes
+
+
+def max_pairs(s: str) -> int:
+    """The most deployment pairs a sequential compare may deploy: at least 2 (one pair gives no interval)."""
+    n = _integer(s, "max_pairs")
+    if not 2 <= n <= 64:
+        raise argparse.ArgumentTypeError(f"max_pairs must be from 2 to 64 (a verdict's interval needs 2 pairs), "
+                                         f"got {s}")
+    return n

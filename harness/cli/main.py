@@ -110,6 +110,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                                   "placed by its scheduler); use deployments: sequential")
         if why := cannot_interleave(stack, profile):
             raise LayerbenchError(why)
+    pairs_plan = plan_pairs(profile, args, results)
     if args.target != "local" or args.dry_run:
         return run_target("compare", args, stack, profile, run_id, repeats, console)
     from harness.compare import run_compare
@@ -128,7 +129,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     console.print(f"{verb} [bold]{run_id}[/]: {args.stack} vs its version-matched baseline → {writer.dir}")
     summary = None
     with recorded(writer) as outcome:
-        summary = run_compare(stack, profile, writer, console, repeats, allow_mismatch, plan, placement)
+        summary = run_compare(stack, profile, writer, console, repeats, allow_mismatch, plan, placement, pairs_plan)
         if summary.failures:  # the stack died: what it measured is kept and reported
             outcome.reason = "; ".join(f"{k}: {v.splitlines()[0]}" for k, v in summary.failures.items())
     if summary is None:
@@ -200,6 +201,22 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def plan_pairs(profile, args: argparse.Namespace, results: Path):
+    """A local sequential compare's plan (harness.planning), printed; refused, before anything is deployed, when
+    the budget cannot hold two pairs or (unless --anyway) cannot reach the target. None: a fixed design."""
+    if profile.stopping != "sequential" or profile.deployments != "sequential" or args.target != "local":
+        return None
+    from harness.compare import latest_aa
+    from harness.planning import check_plan, make_plan
+
+    aa = latest_aa(results, profile.name, deployments=profile.deployments)
+    pairs_plan = make_plan(profile, args.stack, results, aa)
+    for line in pairs_plan.lines():
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    check_plan(pairs_plan, args.anyway)
+    return pairs_plan
+
+
 def cmd_bench_harness(args: argparse.Namespace) -> int:
     from harness.bench.run import SECTIONS, section_named
     from harness.bench.run import main as bench_main
@@ -218,8 +235,16 @@ def _add_compare(sub, profile_help: str, results_help: str) -> None:
     c.add_argument("--profile", help=profile_help)
     c.add_argument("--repeats", type=inputs.positive_int,
                    help="measured sweeps per deployment (default: the profile's, usually 1)")
-    c.add_argument("--pairs", type=inputs.positive_int, help="deployment pairs, baseline and stack, in "
-                   "counterbalanced order (PAIRS=; default: the profile's)")
+    c.add_argument("--pairs", type=inputs.positive_int, help="exactly this many deployment pairs, baseline and "
+                   "stack, in counterbalanced order, with no early stop (PAIRS=; default: the profile's stopping)")
+    c.add_argument("--mde", type=inputs.mde, metavar="PCT", help="the throughput effect to detect at every level "
+                   "(MDE=3%%; default: the profile's target_mde): the plan sizes the compare for it")
+    c.add_argument("--budget", type=inputs.budget, metavar="TIME", help="wall time the compare may take, starts "
+                   "included (BUDGET=15m; default: the profile's budget_min)")
+    c.add_argument("--max-pairs", type=inputs.max_pairs, metavar="N", help="the most deployment pairs a sequential "
+                   "compare deploys (default: the profile's max_pairs)")
+    c.add_argument("--anyway", action="store_true", help="run although the plan says the budget cannot reach the "
+                   "target detectable effect")
     c.add_argument("--deployments", choices=("sequential", "interleaved"), help="one deployment up at a time, or "
                    "a pair's two up at once with their windows interleaved (DEPLOYMENTS=; default: the profile's)")
     c.add_argument("--resume", metavar="RUN_ID", help="continue an interrupted or failed compare after its last "

@@ -100,8 +100,20 @@ def by_level(s: CompareSummary) -> str | None:
             parts.append(f"{call} at {levels_text([lv.level for lv in lvs], s.open_loop)}"
                          + (f" ({'; '.join(whys)})" if whys else ""))
     pairs = max((lv.pairs for lv in s.levels), default=0)
-    return (f"by level (Holm's correction across the {judged} judged levels; {pairs} deployment pair"
+    text = (f"by level (Holm's correction across the {judged} judged levels; {pairs} deployment pair"
             f"{'s' if pairs != 1 else ''}): " + "; ".join(parts))
+    return text + (f". {stopping_text(s)}" if s.stopping else "")
+
+
+def stopping_text(s: CompareSummary) -> str:
+    """'Sequential: stopped: every judged level decided after 3 pairs; c=1 took 2 pairs, c=16 3, c=64 3'."""
+    st = s.stopping
+    assert st is not None
+    took = [f"{lv.level_text} {n}" if (n := st.level_pairs(lv.level)) else f"{lv.level_text} undecided"
+            for lv in s.levels if lv.judged]
+    return (f"Sequential (at most {st.max_pairs} pairs" + (f", {st.budget_s / 60:g} min" if st.budget_s else "")
+            + f"): stopped: {st.stopped or 'before its first look'}"
+            + (f"; pairs each level took: {', '.join(took)}" if took else ""))
 
 
 def _cell(key: str, lv: LevelDelta) -> str:
@@ -138,6 +150,10 @@ def verdict_table(s: CompareSummary):
                f"rejects no effect; equivalent: the 90% interval lies within ±{100 * s.margin:.0f}% (goodput: "
                "points); otherwise inconclusive, with the smallest throughput change this run could have detected "
                "(80% power). "
+               + ("Sequential: the compare looked after every pair from the second and stopped once every level "
+                  "was decided; each look tests at an O'Brien-Fleming-type group-sequential boundary (Lan-DeMets "
+                  "alpha spending), so looking often does not raise the 5% false-positive rate, and a decision "
+                  "stays made (the 'decided after' column). " if s.stopping else "")
                + (f"Pooled with, and floored at, this host's latest A/A of the profile ({s.aa.run_id})."
                   if s.aa and s.aa.components else "No A/A of this profile on this host yet (`make compare "
                   "STACK=vllm PROFILE=...`): the intervals rest on this compare's pairs alone."))
@@ -145,6 +161,14 @@ def verdict_table(s: CompareSummary):
              _cell("throughput", lv), _cell("goodput", lv), _cell("ttft_p95", lv),
              detectable("throughput", lv.endpoints["throughput"]).removeprefix("this run could have detected ")
              .removesuffix(" and no less") if "throughput" in lv.endpoints else (lv.why or "—")]
-            for lv in s.levels]
-    return ("Verdicts by level", caption, ["level", "verdict", "throughput", "goodput", "TTFT p95",
-                                           "throughput MDE"], rows)
+            + ([_decided(s, lv)] if s.stopping else []) for lv in s.levels]
+    return ("Verdicts by level", caption, ["level", "verdict", "throughput", "goodput", "TTFT p95", "throughput MDE"]
+            + (["decided after"] if s.stopping else []), rows)
+
+
+def _decided(s: CompareSummary, lv: LevelDelta) -> str:
+    assert s.stopping is not None
+    got = {NAMES[k]: d[lv.level].pairs for k, d in s.stopping.decided.items() if lv.level in d}
+    if not got:
+        return "—"
+    return ", ".join(f"{name} {n}" for name, n in got.items()) + " pairs"

@@ -88,7 +88,20 @@ def decision(s: CompareSummary) -> list[str]:
                      + "; ".join(f"{name} {capacity_text(caps[label], s.runs[label].status)}" for label, name in
                                  (("stack", st), ("baseline", b)) if label in caps))
     lines += _where_it_went(s)
+    if (starts := starts_line(s)) is not None:
+        lines.append(starts)
     return lines
+
+
+def starts_line(s: CompareSummary) -> str | None:
+    """How long each side's deployments took to answer, pair by pair: a pair's cost is mostly its two starts."""
+    names = {"baseline": s.baseline_stack, "stack": s.stack}
+    parts = [f"{names.get(side, side)} {', '.join(f'{x:.0f}' for x in xs)} s" for side, xs in s.start_s.items() if xs]
+    if not parts:
+        return None
+    return ("deployments ready in (pair by pair): " + "; ".join(parts) + (
+        " (each side's first start cold, its later ones from its own compile cache)"
+        if s.deployments == "sequential" else ""))
 
 
 MODEL_WORDS = {"tiny": "the generated 2-layer random Qwen2, computed on this host's CPU",
@@ -109,7 +122,16 @@ def model_line(s: CompareSummary) -> list[str]:
                  f"), tensor_parallel_size {len(s.devices)}")
     else:
         where = "on this host's CPU (no GPU)"
-    return [f"served: **{m.text()}** ({MODEL_WORDS[m.source]}) {where}, the same on both sides", *tokenizer_line(s)]
+    why = ""
+    if m.source == "gpu-like" and s.target == "local" and not s.devices:
+        why = (": this host has no NVIDIA GPU, so the engine's step sleeps for the time a GPU would take and the "
+               "CPU stays free for the API server and the layer, as on a GPU host (PROFILE=cpu computes the tiny "
+               "model on these cores instead, the layer competing with the engine for them)")
+    elif m.source == "tiny" and not s.devices:
+        why = (": the engine computes on the same cores as the layer, so the delta overstates what the layer costs "
+               "on a GPU host (the default profile emulates a GPU step instead)")
+    return [f"served: **{m.text()}** ({MODEL_WORDS[m.source]}) {where}, the same on both sides{why}",
+            *tokenizer_line(s)]
 
 
 def tokenizer_line(s: CompareSummary) -> list[str]:

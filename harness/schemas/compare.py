@@ -21,6 +21,32 @@ class AAReference(BaseModel):
     pairs: int = 0
 
 
+class Decision(BaseModel):
+    """An endpoint's verdict at a level, as the look that made it decided it."""
+
+    verdict: str
+    pairs: int  # pairs measured at that look
+
+
+class Stopping(BaseModel):
+    """How a sequential compare chose its pairs (harness.analysis.sequential, harness.planning)."""
+
+    rule: str = "sequential"  # sequential | fixed
+    max_pairs: int
+    budget_s: float | None = None
+    target_mde: float  # a share
+    plan: list[str] = []  # the plan's sentences, as printed before the first deployment
+    looks: list[int] = []  # pairs measured at each look
+    decided: dict[str, dict[float, Decision]] = {}  # endpoint -> level -> its decision
+    pair_s: list[float] = []  # wall seconds each complete pair took, starts included
+    stopped: str | None = None  # why no further pair was deployed
+
+    def level_pairs(self, level: float) -> int | None:
+        """The pairs the level took: the last of its endpoints' decisions (None: not every endpoint decided)."""
+        got = [d.get(level) for d in self.decided.values()]
+        return max(x.pairs for x in got) if got and all(got) else None  # type: ignore[union-attr]
+
+
 class CompareSummary(BaseModel):
     run_id: str
     stack: str
@@ -65,6 +91,8 @@ class CompareSummary(BaseModel):
     gpu_host: dict | None = None  # the host's GPUs (harness.gpus.GpuHost.to_json); None: no GPU
     target: str = "local"  # where both sides ran: local, k8s or docker
     cluster: dict | None = None  # k8s/docker: the context, server, namespace, and each side's images and nodes
+    stopping: Stopping | None = None  # a sequential compare: its plan, looks and why it stopped
+    start_s: dict[str, list[float]] = {}  # side -> seconds each of its deployments took to answer, pair by pair
 
     @property
     def on_gpu(self) -> bool:

