@@ -140,7 +140,7 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
         devices=list(stack.settings.devices), gpu_host=_gpu_host(),
         profile=profile.name, repeats=repeats, pairs=profile.pairs, deployments=profile.deployments,
         order=pair_order(profile.pairs) if profile.deployments == "sequential" else [0] * profile.pairs,
-        margin=profile.equivalence_margin, versions=versions,
+        margin=profile.equivalence_margin, ttft_margin=profile.ttft_margin, versions=versions,
         version_match=versions["baseline"] == versions["stack"],
         applied={}, settings_match=False, settings_mismatches=[], options=dict(stack.settings.options),
         frontend=frontend_note(baseline, stack, stack.settings.engine.frontend),
@@ -212,7 +212,7 @@ def settle(summary: CompareSummary, profile: LoadProfile, scrapes: list[dict], l
     summary.levels, summary.components = judged_levels(
         base, stack, levels, profile.open_loop, order=summary.order or pair_order(summary.pairs),  # 0: interleaved
         host=summary.aa.components if summary.aa else {}, margin=summary.margin, no_verdict=no_verdict,
-        looks=looks)
+        looks=looks, ttft_margin=summary.ttft_margin)
     summary.instability = instability(base, stack, [lv.level for lv in summary.levels if lv.judged])
     summary.audit = audit_from_scrapes(scrapes, live, summary.stack, summary.renames or (), note, summary.metricless)
     summary.status = "failed" if summary.failures else "complete"

@@ -64,14 +64,29 @@ def step_sweep_s(profile: LoadProfile) -> float | None:
     if step is None or profile.open_loop or not isinstance(out, int):
         return None
     total = 0.0
-    for c in profile.concurrency:
-        waves = profile.requests_for(c) / c + profile.warmup_waves
+    for c in profile.concurrency:  # the windows, their warm-up waves, and a compiled engine's warm-up sweep
+        waves = profile.requests_for(c) / c + profile.warmup_waves + profile.warms_every_level()
         total += max(profile.min_duration_s, waves * out * step.ms(min(c, profile.engine.max_num_seqs)) / 1e3)
     return total
 
 
 def pair_seconds(profile: LoadProfile, stack: str, results: Path) -> tuple[float | None, str]:
-    """(seconds one pair takes, where the figure comes from)."""
+    """(seconds one pair takes, where the figure comes from): the latest compare of the profile and stack, else
+    the A/A's (bare vLLM on both sides: a layer's own start adds to it), else an estimate."""
+    for kind in dict.fromkeys((stack, "vllm")):
+        found = _measured_pair(profile, kind, results)
+        if found is not None:
+            seconds, run_id = found
+            return seconds, f"measured by {run_id}" + ("" if kind == stack else ", bare vLLM on both sides")
+    sweep = step_sweep_s(profile)
+    if sweep is None:
+        return None, "not known until the first pair"
+    start = START_S.get(stack, START_DEFAULT_S)
+    return 2 * (start + sweep), (f"estimated: {start:.0f} s to start and {sweep:.0f} s to sweep the emulated step, "
+                                 "per deployment")
+
+
+def _measured_pair(profile: LoadProfile, stack: str, results: Path) -> tuple[float, str] | None:
     for path in sorted(results.glob(f"*compare-{stack}-*/compare.json"), reverse=True):
         try:
             s = CompareSummary.model_validate_json(path.read_text())
@@ -80,15 +95,10 @@ def pair_seconds(profile: LoadProfile, stack: str, results: Path) -> tuple[float
         if s.status != "complete" or s.profile != profile.name or s.deployments != "sequential":
             continue
         if s.stopping and s.stopping.pair_s:
-            return sum(s.stopping.pair_s) / len(s.stopping.pair_s), f"measured by {s.run_id}"
+            return sum(s.stopping.pair_s) / len(s.stopping.pair_s), s.run_id
         if s.wall_s and s.pairs:
-            return s.wall_s / s.pairs, f"measured by {s.run_id}"
-    sweep = step_sweep_s(profile)
-    if sweep is None:
-        return None, "not known until the first pair"
-    start = START_S.get(stack, START_DEFAULT_S)
-    return 2 * (start + sweep), (f"estimated: {start:.0f} s to start and {sweep:.0f} s to sweep the emulated step, "
-                                 "per deployment")
+            return s.wall_s / s.pairs, s.run_id
+    return None
 
 
 @dataclass

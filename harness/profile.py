@@ -206,6 +206,8 @@ class LoadProfile(BaseModel):
     equivalence_margin: float = Field(0.05, gt=0, lt=1, description="compare: a level is `equivalent` when its "
                                       "90% interval lies inside ±this share (throughput and TTFT p95) or "
                                       "±this many points of goodput")
+    ttft_margin: float | None = Field(None, gt=0, lt=1, description="compare: TTFT p95's equivalence margin, a "
+                                      "share (default: equivalence_margin)")
     slo: SLO = Field(default_factory=SLO)
     engine: EngineSettings = Field(default_factory=EngineSettings)
     rates: list[float] | None = Field(

@@ -38,7 +38,7 @@ class SequentialStop:
         self.state.pair_s.append(now - self.mark)
         self.mark = now
         self.summary.start_s = start_times(self.writer)
-        per_pair = sum(self.state.pair_s) / len(self.state.pair_s)
+        per_pair = self.state.pair_s[-1]  # the next pair starts as warm as the last (each side's first is cold)
         budget = self.state.budget_s
         out_of_time = budget is not None and (now - self.t0) + per_pair > budget
         final = k >= self.state.max_pairs or out_of_time
@@ -58,8 +58,8 @@ class SequentialStop:
         if not open_:
             self.state.stopped = f"every judged level decided after {k} pairs"
         elif final:
-            self.state.stopped = (f"the budget ({budget / 60:g} min) holds no further pair (~{per_pair / 60:.1f} min "
-                                  f"each) after {k} pairs" if out_of_time and budget is not None
+            self.state.stopped = (f"the budget ({budget / 60:g} min) holds no further pair (the last took "
+                                  f"{per_pair / 60:.1f} min) after {k} pairs" if out_of_time and budget is not None
                                   else f"max_pairs {self.state.max_pairs} reached")
         if self.state.stopped:
             self.console.print(f"stopped: {self.state.stopped}")

@@ -85,8 +85,8 @@ def level_deltas(base: RunSummary | None, stack: RunSummary | None, levels: Sequ
 
 def judged_levels(base: RunSummary | None, stack: RunSummary | None, levels: Sequence[float],
                   open_loop: bool | None = None, order: Sequence[int] = (), host: dict[str, Components] | None = None,
-                  margin: float = MARGIN, no_verdict: dict | None = None, looks: Looks | None = None
-                  ) -> tuple[list[LevelDelta], dict[str, Components]]:
+                  margin: float = MARGIN, no_verdict: dict | None = None, looks: Looks | None = None,
+                  ttft_margin: float | None = None) -> tuple[list[LevelDelta], dict[str, Components]]:
     """One LevelDelta per level (concurrencies, or offered rates when the runs are open-loop), and this compare's
     own variance components. order: +1/-1 per pair (which side ran first); host: the latest A/A's components;
     no_verdict: level -> why it gets none (host-bound, client-bound); looks: a sequential compare's look."""
@@ -94,7 +94,7 @@ def judged_levels(base: RunSummary | None, stack: RunSummary | None, levels: Seq
         open_loop = bool((base and base.open_loop) or (stack and stack.open_loop))
     no_verdict = dict(no_verdict or {})
     judged = [c for c in levels if c not in no_verdict]
-    verdicts, own = judge_endpoints(base, stack, judged, order, host or {}, margin, looks)
+    verdicts, own = judge_endpoints(base, stack, judged, order, host or {}, margin, looks, ttft_margin)
     out = []
     for c in levels:
         b_all = [lv for lv in (base.levels if base else []) if lv.stats.level == c]

@@ -65,14 +65,16 @@ def differences(base: RunSummary | None, stack: RunSummary | None, levels: Seque
 
 
 def judge_endpoints(base: RunSummary | None, stack: RunSummary | None, levels: Sequence[float],
-                    order: Sequence[int], host: dict[str, Components], margin: float, looks: Looks | None = None
-                    ) -> tuple[dict[str, list[Verdict]], dict[str, Components]]:
+                    order: Sequence[int], host: dict[str, Components], margin: float, looks: Looks | None = None,
+                    ttft_margin: float | None = None) -> tuple[dict[str, list[Verdict]], dict[str, Components]]:
     """Per endpoint, one Verdict per level (levels: those that get a verdict), and this compare's own variance
     components (what a later compare floors at, when this is an A/A). order: +1/-1 per pair index. looks: a
-    sequential compare's look (its boundaries, and what earlier looks decided)."""
+    sequential compare's look (its boundaries, and what earlier looks decided); ttft_margin: TTFT p95's equivalence
+    margin where it has its own."""
     verdicts: dict[str, list[Verdict]] = {}
     own: dict[str, Components] = {}
     for ep in ENDPOINTS:
+        m = ttft_margin if ep.key == "ttft_p95" and ttft_margin else margin
         if not levels:
             verdicts[ep.key] = []
             continue
@@ -86,8 +88,8 @@ def judge_endpoints(base: RunSummary | None, stack: RunSummary | None, levels: S
             groups.setdefault(tuple(np.flatnonzero(~np.isnan(d[:, j]))), []).append(j)
         for rows, cols in groups.items():
             sub = d[np.ix_(list(rows), cols)] if rows else np.empty((0, len(cols)))
-            look = looks.endpoint(ep.key, [levels[j] for j in cols], ep.log, margin) if looks else None
-            for j, v in zip(cols, judge(sub, signs[list(rows)], host.get(ep.key), margin, ep.direction, ep.log,
+            look = looks.endpoint(ep.key, [levels[j] for j in cols], ep.log, m) if looks else None
+            for j, v in zip(cols, judge(sub, signs[list(rows)], host.get(ep.key), m, ep.direction, ep.log,
                                         look), strict=True):
                 out[j] = v
             if len(cols) == len(levels) and (c := components(sub)) is not None:

@@ -52,7 +52,8 @@ def detectable(key: str, v: Verdict) -> str:
     return f"this run could have detected {size} and no less"
 
 
-def endpoint_text(key: str, lv: LevelDelta, margin: float, short: bool = False) -> str:
+def endpoint_text(key: str, lv: LevelDelta, margin: float, short: bool = False,
+                  ttft_margin: float | None = None) -> str:
     v = lv.endpoints.get(key)
     if v is None:
         return f"{NAMES[key]}: not judged"
@@ -61,6 +62,8 @@ def endpoint_text(key: str, lv: LevelDelta, margin: float, short: bool = False) 
         return f"{figure(key, lv)}{interval}"
     if v.verdict == "equivalent":
         within = f"±{100 * margin:.0f} points" if key == "goodput" else f"±{100 * margin:.0f}%"
+        if key == "ttft_p95" and ttft_margin:
+            within = f"±{100 * ttft_margin:.0f}%"
         return f"{NAMES[key]} equivalent (within {within})"
     why = detectable(key, v)
     return f"{NAMES[key]} inconclusive ({why.removeprefix('this run ').removesuffix(' and no less') if short else why})"
@@ -78,9 +81,9 @@ def verdict_sentence(s: CompareSummary, lv: LevelDelta) -> str:
         return f"{lv.verdict}: {lv.why or 'no verdict'}"
     hit = [k for k, v in lv.endpoints.items() if v.verdict == lv.verdict and lv.verdict in ("overhead", "gain")]
     rest = [k for k in lv.endpoints if k not in hit]
-    head = f"{lv.verdict}: " + ", ".join(endpoint_text(k, lv, s.margin, short=True) for k in hit) if hit \
+    head = f"{lv.verdict}: " + ", ".join(endpoint_text(k, lv, s.margin, True, s.ttft_margin) for k in hit) if hit \
         else f"{lv.verdict}"
-    tail = "; ".join(endpoint_text(k, lv, s.margin, short=True) for k in rest)
+    tail = "; ".join(endpoint_text(k, lv, s.margin, True, s.ttft_margin) for k in rest)
     return head + (f"; {tail}" if tail and hit else f": {tail}" if tail else "")
 
 
@@ -148,8 +151,8 @@ def verdict_table(s: CompareSummary):
                "effect shared by the levels, and a residual per window), in log terms for throughput and TTFT p95 and "
                "in points for goodput, with Holm's correction across the levels. Overhead/gain: the corrected test "
                f"rejects no effect; equivalent: the 90% interval lies within ±{100 * s.margin:.0f}% (goodput: "
-               "points); otherwise inconclusive, with the smallest throughput change this run could have detected "
-               "(80% power). "
+               "points" + (f"; TTFT p95: ±{100 * s.ttft_margin:.0f}%" if s.ttft_margin else "") + "); otherwise "
+               "inconclusive, with the smallest throughput change this run could have detected (80% power). "
                + ("Sequential: the compare looked after every pair from the second and stopped once every level "
                   "was decided; each look tests at an O'Brien-Fleming-type group-sequential boundary (Lan-DeMets "
                   "alpha spending), so looking often does not raise the 5% false-positive rate, and a decision "

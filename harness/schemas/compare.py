@@ -60,6 +60,10 @@ class CompareSummary(BaseModel):
     deployments: str = "sequential"  # the profile's: one deployment up at a time, or a pair's both (interleaved)
     order: list[int] = []  # per pair: +1 the baseline was deployed first, -1 the stack; 0 windows interleaved
     margin: float = MARGIN  # the equivalence margin (profile's equivalence_margin)
+    ttft_margin: float | None = None  # TTFT p95's, where the profile sets its own (ttft_margin)
+
+    def margin_of(self, endpoint: str) -> float:
+        return self.ttft_margin if endpoint == "ttft_p95" and self.ttft_margin else self.margin
     components: dict[str, Components] = {}  # this compare's own variance components per endpoint
     instability: Instability | None = None
     left_out: dict[int | float, str] = {}  # levels of the profile not measured, and why (gpu-like calibration)

@@ -62,8 +62,9 @@ def test_the_gpu_like_step_estimates_a_sweep_and_a_stored_compare_replaces_the_e
     quick = load_profile("quick")
     quick = quick.model_copy(update={"engine": quick.engine.on_host(False)})
     sweep = step_sweep_s(quick)
-    # c=1: 30 requests + a warm-up wave of 64 steps at 9.56 ms; c=16: 10+1 waves at 12.65 ms; c=64: 10+1 at 22.5 ms
-    assert sweep == pytest.approx((31 * 64 * 9.556 + 11 * 64 * 12.646 + 11 * 64 * 22.534) / 1e3, rel=1e-3)
+    # c=1: 30 requests + a warm-up wave + the compiled engine's warm-up sweep, 64 steps each at 9.56 ms; c=16:
+    # 10+1+1 waves at 12.65 ms; c=64: 10+1+1 at 22.5 ms
+    assert sweep == pytest.approx((32 * 64 * 9.556 + 12 * 64 * 12.646 + 12 * 64 * 22.534) / 1e3, rel=1e-3)
     seconds, source = pair_seconds(quick, "kserve", tmp_path)
     assert source.startswith("estimated") and seconds == pytest.approx(2 * (60 + sweep))
     run = tmp_path / "20260101-000000-compare-kserve-abcdef"
@@ -74,6 +75,11 @@ def test_the_gpu_like_step_estimates_a_sweep_and_a_stored_compare_replaces_the_e
                        stopping=Stopping(max_pairs=8, target_mde=0.03, pair_s=[170.0, 190.0]))
     (run / "compare.json").write_text(s.model_dump_json())
     assert pair_seconds(quick, "kserve", tmp_path) == (180.0, f"measured by {run.name}")
+    assert pair_seconds(quick, "ray", tmp_path)[1].startswith("estimated")  # another layer's pairs say nothing
+    aa = tmp_path / "20260101-000001-compare-vllm-abcdef"
+    aa.mkdir()
+    (aa / "compare.json").write_text(s.model_copy(update={"run_id": aa.name, "stack": "vllm"}).model_dump_json())
+    assert pair_seconds(quick, "ray", tmp_path) == (180.0, f"measured by {aa.name}, bare vLLM on both sides")
 
 
 def test_without_an_aa_the_plan_says_it_plans_from_the_first_pairs(tmp_path):
