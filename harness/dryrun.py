@@ -50,11 +50,14 @@ def build_plan(command: str, stack: Stack, profile: LoadProfile, run_id: str, re
                                        f"{build['package']}: `rm -rf .venv-engine .stamps/engine && make setup`")
     model = stack.settings.model
     sides = [("baseline", stack.baseline()), ("stack", stack)] if command == "compare" else [("stack", stack)]
+    sequential = profile.stopping == "sequential" and profile.deployments == "sequential"
+    pairs = profile.max_pairs if sequential else profile.pairs
     plan = {
         "run_id": run_id, "command": command, "stack": stack.kind, "target": "local", "profile": profile.name,
         "repeats": repeats, "levels": profile.levels(),
-        **({"pairs": profile.pairs, "deployments": 2 * profile.pairs, "design": profile.deployments, "order": " ".join(
-            "AB" if first > 0 else "BA" for first in pair_order(profile.pairs))} if command == "compare" else {}),
+        **({"pairs": pairs, "deployments": 2 * pairs, "design": profile.deployments, "order": " ".join(
+            "AB" if first > 0 else "BA" for first in pair_order(min(pairs, 4))), "sequential": sequential}
+           if command == "compare" else {}),
         "host": host.to_json() if host else {"count": 0, "why": no_gpu_reason()},
         "model": _model(model),
         "engine_build": {**build, "installed": installed, "pinned_version": VLLM_VERSION},

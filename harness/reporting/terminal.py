@@ -154,7 +154,9 @@ def plan_lines(plan: dict) -> list[str]:
              + (f"; {plan['pairs']} deployment pairs in the order {plan['order']} ({plan['deployments']} "
                 + ("deployments, a pair's two up at once, their windows interleaved)"
                    if plan.get("design") == "interleaved" else "deployments, one at a time)")
-                if plan.get("pairs") else ""), f"  host: {gpus}"]
+                if plan.get("pairs") and not plan.get("sequential") else "")
+             + (f"; pairs in the order {plan['order']} …, one deployment at a time, until every level is "
+                f"decided (at most {plan['pairs']})" if plan.get("sequential") else ""), f"  host: {gpus}"]
     if model:
         rev = model["revision"] or (f"{model['requested_revision']} (resolved when fetched)"
                                     if model["requested_revision"] else "—")
