@@ -107,8 +107,10 @@ def test_step_reads_its_config_and_refuses_a_model_without_one():
 def test_profile_field_selects_the_model_and_needs_its_step():
     with pytest.raises(ValueError, match="needs engine.step"):
         EngineSettings(model="gpu-like")
-    with pytest.raises(ValueError, match="gpu-like only"):
-        EngineSettings(step=STEP)
+    with pytest.raises(ValueError, match="gpu-like"):
+        EngineSettings(model="tiny", step=STEP)
+    auto = EngineSettings(step=STEP)  # auto with a step: the GPU-like engine where there is no GPU
+    assert auto.on_host(False).model == "gpu-like" and auto.on_host(True).step is None
     p = load_profile("gpu-like")
     assert p.engine.model == "gpu-like" and p.engine.step is not None
     assert p.concurrency == [1, 8, 16, 32, 64] and p.requests == 100 and p.requests_per_concurrency == 8

@@ -7,7 +7,7 @@ from harness.profile import builtin_profiles, load_profile
 def test_builtin_profiles_load():
     assert {"quick", "cpu", "default"} <= set(builtin_profiles())
     q = load_profile("quick")
-    assert q.concurrency == [1, 4, 16] and q.output_tokens == 32 and q.requests == 30
+    assert q.concurrency == [1, 16, 64] and q.output_tokens == 64 and q.requests == 30 and q.engine.step is not None
     assert load_profile("default").requests_for(64) == 128  # 2 per slot beats 32 at c=64
 
 
@@ -43,4 +43,4 @@ def test_levels_too_short_are_refused_naming_the_fields(write_profile):
     with pytest.raises(LayerbenchError, match="`min_duration_s`.*`scrape_interval_s`"):
         load_profile(str(p))
     assert load_profile("cpu").max_pairs == 8 and load_profile("cpu").stopping == "sequential"
-    assert load_profile("quick").scrape == "boundary" and load_profile("quick-rates").stopping == "fixed"
+    assert load_profile("quick").scrape == "boundary" and load_profile("quick-lognormal").stopping == "fixed"
