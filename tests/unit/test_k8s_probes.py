@@ -180,7 +180,8 @@ def test_an_interrupted_compare_deletes_what_it_made_and_reports_what_it_measure
     prof = tmp_path / "p.yaml"
     prof.write_text("concurrency: [2]\nrequests: 20\nrequests_per_concurrency: 0\noutput_tokens: 8\n"
                     "input_tokens: 32\nwarmup_sweep: false\nscrape: none\n")
-    assert main(["compare", "--stack", "sim-proxy", "--profile", str(prof), "--repeats", "1", "--opt", "ttft_ms=10",
+    assert main(["compare", "--stack", "sim-proxy", "--profile", str(prof), "--repeats", "1", "--pairs", "2",
+                 "--opt", "ttft_ms=10",
                  "--opt", "itl_ms=2", "--results-dir", str(local), "--reports-dir", str(tmp_path / "lr")]) == 0
     (run_local,) = local.iterdir()
     baseline = jobresults.pack(split_side(run_local, "baseline", tmp_path / "job"))

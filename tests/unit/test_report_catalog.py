@@ -33,7 +33,7 @@ def seed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     fast = ["--opt", "ttft_ms=5", "--opt", "itl_ms=1"]  # the figures don't matter here, the folders do
     assert main(["run", "--stack", "sim", "--profile", str(profile), "--results-dir", str(results), *fast,
                  "--gpu-hourly-usd", "3.6"]) == 0
-    assert main(["compare", "--stack", "sim-proxy", "--profile", str(profile), "--repeats", "1",
+    assert main(["compare", "--stack", "sim-proxy", "--profile", str(profile), "--repeats", "1", "--pairs", "2",
                  "--results-dir", str(results), "--reports-dir", str(root / "reports"), *fast]) == 0
     dirs = sorted(results.iterdir())
     assert len(dirs) == 2
