@@ -77,7 +77,8 @@ def test_a_k8s_compare_reports_the_deltas_of_a_local_compare_of_the_same_data(tm
                                                                               monkeypatch):
     monkeypatch.setenv("KUBECONFIG", "")  # restored afterwards: k8s_compare points it at the emulator
     prof = profile(write_profile)
-    assert main(["compare", "--stack", "sim-proxy", "--profile", str(prof), "--repeats", "1", "--opt", "ttft_ms=20",
+    assert main(["compare", "--stack", "sim-proxy", "--profile", str(prof), "--repeats", "1", "--pairs", "2",
+                 "--opt", "ttft_ms=20",
                  "--opt", "itl_ms=5", "--opt", "request_delay_ms=25", "--results-dir", str(tmp_path / "local"),
                  "--reports-dir", str(tmp_path / "local-reports")]) == 0
     (local,) = (tmp_path / "local").iterdir()
@@ -219,7 +220,8 @@ def test_a_docker_compare_runs_its_commands_where_a_daemon_answers_and_ends_in_t
         tmp_path, write_profile, monkeypatch):
     """Against a recording `docker` (tests/fakes/docker) that starts nothing and hands back prepared results."""
     prof = profile(write_profile)
-    assert main(["compare", "--stack", "sim-proxy", "--profile", str(prof), "--repeats", "1", "--opt", "ttft_ms=20",
+    assert main(["compare", "--stack", "sim-proxy", "--profile", str(prof), "--repeats", "1", "--pairs", "2",
+                 "--opt", "ttft_ms=20",
                  "--opt", "itl_ms=5", "--opt", "request_delay_ms=25", "--results-dir", str(tmp_path / "local"),
                  "--reports-dir", str(tmp_path / "local-reports")]) == 0
     (local,) = (tmp_path / "local").iterdir()
