@@ -99,7 +99,7 @@ $(STAMPS)/client: pyproject.toml scripts/setup_client.sh locks/client.txt
 	bash scripts/setup_client.sh $(VENV)
 	$(STAMP)
 
-$(STAMPS)/engine: scripts/setup_engine.sh harness/engine_build.py
+$(STAMPS)/engine: scripts/setup_engine.sh harness/host/engine_build.py
 	$(if $(DRY),,@mkdir -p $(STAMPS))
 	bash scripts/setup_engine.sh $(ENGINE_VENV)
 	$(STAMP)
@@ -139,14 +139,14 @@ $(STAMPS)/engine-check: scripts/check_engine.py $(STAMPS)/engine $(STAMPS)/model
 
 doctor:  ## whether this host can run a compare: GPUs, driver, CUDA, Python, disk, model, ports, docker, kubectl
 	@$(if $(PY),,echo "no python3.12, python3.11 or python3.10 on PATH: install one, or set PY=" >&2; exit 1)
-	@$(PY) -m harness.doctor --target $(TARGET) $(if $(MODEL),--model $(MODEL)) $(if $(REVISION),--revision $(REVISION))
+	@$(PY) -m harness.host.doctor --target $(TARGET) $(if $(MODEL),--model $(MODEL)) $(if $(REVISION),--revision $(REVISION))
 
 # on a real NVIDIA host, before any setup: the driver from each source, the build setup would choose, NVML for 20 s
 # and doctor's GPU lines (system Python and nvidia-ml-py only), then the client's events/s per core in 1-8 processes
 # where the client environment exists; one table, non-zero on any mismatch
 gpu-check:  ## on an NVIDIA host: driver, build, NVML sampler, doctor and the client's rate per core, in one table
 	@$(if $(PY),,echo "no python3.12, python3.11 or python3.10 on PATH: install one, or set PY=" >&2; exit 1)
-	@$(PY) -m harness.gpu_check $(if $(wildcard $(VENV)/bin/python),--client-python $(VENV)/bin/python) $(ARGS)
+	@$(PY) -m harness.host.gpu_check $(if $(wildcard $(VENV)/bin/python),--client-python $(VENV)/bin/python) $(ARGS)
 
 run: $(needs)  ## one deployment through the load harness
 	$(LB) run --stack $(STACK) --profile $(PROFILE) $(MODEL_ARGS) $(if $(URL),--url $(URL)) $(if $(MODE),--opt mode=$(MODE)) --target $(TARGET) $(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) $(ARGS)

@@ -46,7 +46,7 @@ def host_info() -> dict[str, Any]:
     """The host a run measured on; `gpu` names its GPUs (model, count, driver, CUDA) and CUDA_VISIBLE_DEVICES."""
     import psutil
 
-    from harness.gpus import host_gpus, no_gpu_reason
+    from harness.host.gpus import host_gpus, no_gpu_reason
 
     gpus = host_gpus()
     return {

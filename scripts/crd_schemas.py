@@ -1,7 +1,7 @@
-"""Write the structural schemas layerbench validates custom resources against (stacks/k8s/schemas/) from CRD
+"""Write the structural schemas layerbench validates custom resources against (harness/targets/k8s/schemas/) from CRD
 YAML files: each kind's served version's openAPIV3Schema with every `description` removed (the validators need
 the structure, not the prose), as gzip-compressed JSON. The result is committed with its sources named in
-stacks/k8s/schemas/SOURCES.md, so a clone validates strictly without any file beside it.
+harness/targets/k8s/schemas/SOURCES.md, so a clone validates strictly without any file beside it.
 
 Usage: python scripts/crd_schemas.py CRD_DIR   (KServe's config/crd/full/ and KubeRay's config/crd/bases/)"""
 

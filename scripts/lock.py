@@ -10,7 +10,7 @@ input, LOCK_DATE or uv's version (locks/uv.in) changes, or the index withdraws a
 newer releases.
 
 The layers installed into or over the engine environment (Ray, KServe) are resolved within vLLM's own
-requirements: the engine (vllm==VLLM_VERSION, harness/engine_build.py) is resolved first and its pins constrain
+requirements: the engine (vllm==VLLM_VERSION, harness/host/engine_build.py) is resolved first and its pins constrain
 the layer's (uv pip compile --constraint, https://docs.astral.sh/uv/pip/compile/#adding-constraints), so a package
 the layer shares with vLLM gets a version the engine accepts. A lock that adds to another environment is resolved
 within that environment's lock instead (`constrain`: its pins as constraints), and one whose packages are installed
@@ -104,7 +104,7 @@ ALL = (
 
 def engine_version() -> str:
     sys.path.insert(0, str(ROOT))
-    from harness.engine_build import VLLM_VERSION
+    from harness.host.engine_build import VLLM_VERSION
 
     return VLLM_VERSION
 

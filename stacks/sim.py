@@ -23,8 +23,8 @@ from rich.console import Console
 
 from harness.schemas import AppliedConfig
 from stacks.base import PROJECT_ROOT, DeploySettings, Endpoint, Stack, StackOptions, register
-from stacks.fronted import FrontedEngineStack
-from stacks.procs import ManagedProcess, ensure_port_free, free_port, stop_and_verify, wait_http_ready
+from stacks.base.fronted import FrontedEngineStack
+from stacks.base.procs import ManagedProcess, ensure_port_free, free_port, stop_and_verify, wait_http_ready
 from stacks.refengine.proxy import ProxyConfig
 from stacks.refengine.server import SimConfig
 

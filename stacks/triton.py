@@ -1,7 +1,7 @@
 """Triton Inference Server, local target: the real `tritonserver` 2.51 (from the nvidia-pytriton wheel, see
 scripts/setup_triton.sh) with layerbench's Python-backend model modelled on NVIDIA's vLLM backend
 (scripts/triton_vllm_model.py), or a user's copy of NVIDIA's backend (`TRITON_VLLM_MODEL=path/to/model.py`, see
-stacks/triton_repo.py), running vLLM's async engine inside Triton's stub process, decoupled, streaming through
+stacks/base/triton_repo.py), running vLLM's async engine inside Triton's stub process, decoupled, streaming through
 `generate_stream`. The model repository is generated per deployment with exactly the baseline's engine settings.
 HTTP, gRPC and metrics ports bind to 127.0.0.1. Baseline: bare vLLM from the Triton environment (the engine
 environment's vLLM, same files). The report names the model that served; the study of Triton's vLLM backend is
@@ -24,7 +24,7 @@ from rich.console import Console
 from harness.errors import LayerbenchError
 from harness.schemas import AppliedConfig, LayerMetric, PublishedResult
 from stacks.base import PROJECT_ROOT, DeploySettings, Endpoint, Stack, StackOptions, register
-from stacks.engine_env import (
+from stacks.base.engine_env import (
     check_model_files,
     engine_env,
     engine_kwargs,
@@ -32,9 +32,9 @@ from stacks.engine_env import (
     model_kwargs,
     settings_from_kwargs,
 )
-from stacks.local import LocalServerStack
-from stacks.procs import free_port, log_tail, running
-from stacks.triton_repo import CONFIG_PBTXT, MODEL_PY, TritonModel, choose_model, config_text, write_repository
+from stacks.base.local import LocalServerStack
+from stacks.base.procs import free_port, log_tail, running
+from stacks.base.triton_repo import CONFIG_PBTXT, MODEL_PY, TritonModel, choose_model, config_text, write_repository
 
 __all__ = ["CONFIG_PBTXT", "MODEL_PY", "TritonStack", "triton_paths"]  # the docker and k8s forms render from these
 
@@ -69,8 +69,8 @@ def triton_paths(venv: Path | None = None) -> tuple[Path, Path, Path]:
 @register
 class TritonStack(LocalServerStack):
     kind = "triton"
-    docker_form = "stacks.k8s.docker_forms:triton"
-    k8s_form = "stacks.k8s.render_triton:render_triton"
+    docker_form = "harness.targets.k8s.docker_forms:triton"
+    k8s_form = "harness.targets.k8s.render_triton:render_triton"
     in_request_path = True
     description = ("Triton Inference Server 2.51, Python backend running vLLM's async engine (decoupled): "
                    "layerbench's model modelled on NVIDIA's vLLM backend, or a copy of NVIDIA's (TRITON_VLLM_MODEL)")

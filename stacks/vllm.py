@@ -1,6 +1,6 @@
 """Bare vLLM, local target: `python -m vllm.entrypoints.openai.api_server` from the engine environment on
 127.0.0.1 and a free port, in its own process group, log to a file (`vllm serve` with VLLM_USE_RUST_FRONTEND=1 when
-the profile's engine.frontend is rust: stacks/engine_frontend.py). It is every layer's baseline."""
+the profile's engine.frontend is rust: stacks/base/engine_frontend.py). It is every layer's baseline."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import httpx
 from rich.console import Console
 
 from stacks.base import ENGINE_VENV, DeploySettings, register
-from stacks.engine_env import (
+from stacks.base.engine_env import (
     check_model_files,
     engine_args,
     engine_env,
@@ -19,9 +19,9 @@ from stacks.engine_env import (
     model_args,
     settings_from_args,
 )
-from stacks.engine_frontend import check_frontend, effective_env, frontend_env, runs_frontend, server_module
-from stacks.local import LocalServerStack
-from stacks.procs import wait_http_ready
+from stacks.base.engine_frontend import check_frontend, effective_env, frontend_env, runs_frontend, server_module
+from stacks.base.local import LocalServerStack
+from stacks.base.procs import wait_http_ready
 
 
 @register
@@ -30,8 +30,8 @@ class VllmStack(LocalServerStack):
     in_request_path = False
     description = "bare vLLM OpenAI server (the baseline)"
     server_name = "vLLM"
-    docker_form = "stacks.k8s.docker_forms:vllm"
-    k8s_form = "stacks.k8s.render_vllm:render_vllm"
+    docker_form = "harness.targets.k8s.docker_forms:vllm"
+    k8s_form = "harness.targets.k8s.render_vllm:render_vllm"
 
     def __init__(self, settings: DeploySettings, port: int | None = None, venv: Path = ENGINE_VENV):
         """venv: the environment vLLM runs from (a layer's baseline runs from the layer's own). An API server

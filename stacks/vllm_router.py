@@ -13,8 +13,8 @@ from typing import Any, Literal
 from pydantic import Field
 
 from stacks.base import PROJECT_ROOT, DeploySettings, Stack, StackOptions, register
-from stacks.fronted import FrontedEngineStack
-from stacks.procs import free_port
+from stacks.base.fronted import FrontedEngineStack
+from stacks.base.procs import free_port
 
 ROUTER_VENV = PROJECT_ROOT / ".venv-vllm-router"
 PORT, METRICS_PORT = 8080, 29000  # in a pod
@@ -76,8 +76,16 @@ class VllmRouterStack(FrontedEngineStack):
 def render_k8s(stack: Stack, cs: Any, run_id: str, label: str) -> Any:
     """The bare vLLM (its Deployment and Service) and the router's Deployment and Service in front of it
     (manifests/vllm-router/), its metrics on their own port of the same Service."""
-    from stacks.k8s.common import Deployed, container_security, labels, object_name, resources, service_url, template
-    from stacks.k8s.render_vllm import render_vllm
+    from harness.targets.k8s.common import (
+        Deployed,
+        container_security,
+        labels,
+        object_name,
+        resources,
+        service_url,
+        template,
+    )
+    from harness.targets.k8s.render_vllm import render_vllm
 
     assert isinstance(stack, VllmRouterStack)
     engine = render_vllm(stack, cs, run_id, label)

@@ -23,9 +23,9 @@ def tokenizer_path() -> Path:
 
 @pytest.fixture(autouse=True)
 def fresh_gpu_probe():
-    """Each test asks the driver anew: harness.gpus caches its answer per process, and a test that scripts a fake
+    """Each test asks the driver anew: harness.host.gpus caches its answer per process, and a test that scripts a fake
     NVML or nvidia-smi must not leave its host behind for the next one (the probe reads NVML first)."""
-    from harness import gpus
+    from harness.host import gpus
 
     gpus.reset_cache()
     yield

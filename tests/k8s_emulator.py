@@ -1,4 +1,4 @@
-"""A small Kubernetes API server emulator for tests of stacks.k8s: the real `kubernetes` client talks HTTP to
+"""A small Kubernetes API server emulator for tests of harness.targets.k8s: the real `kubernetes` client talks HTTP to
 it on 127.0.0.1. It stores objects by path (create, get, list with label selectors, delete, 404/409 with
 Status bodies), serves discovery, CRDs, nodes and pod logs, and has a fake controller (its Controller, in
 tests/k8s_emulator_objects.py) that, on every request (a tick), makes pods for Deployments, InferenceServices,

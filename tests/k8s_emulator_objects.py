@@ -77,7 +77,7 @@ def engine_log(container: dict[str, Any], version: str) -> str:
 
 def _probe_log(command: str, image: str, images: dict[str, str | None] | None, models: set[str] | None) -> str:
     """What a preflight probe prints in the emulated image (the probe's own marker lines)."""
-    from stacks.k8s.images import PROBE_MARKER, known_vllm
+    from harness.targets.k8s.images import PROBE_MARKER, known_vllm
 
     if images is not None and image not in images:
         return ""  # never pulled: nothing ran

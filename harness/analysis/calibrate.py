@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.load.client import RequestRecord
-from harness.profile import EmulatedStep, LoadProfile
+from harness.profile.schema import EmulatedStep, LoadProfile
 from harness.schemas import Calibration, DtypeChoice, LevelHold
 
 DTYPE_SLACK = 1.2
@@ -68,7 +68,7 @@ def resolved_dtype(profile: LoadProfile) -> LoadProfile:
     if engine.dtype != "fastest" or engine.model != "gpu-like":
         return profile
     from stacks.base import ENGINE_VENV
-    from stacks.engine_env import engine_python
+    from stacks.base.engine_env import engine_python
 
     choice = fastest_dtype(engine_python(ENGINE_VENV))
     return profile.model_copy(update={"engine": engine.model_copy(update={

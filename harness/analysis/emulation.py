@@ -21,7 +21,7 @@ from typing import Protocol
 from pydantic import BaseModel
 
 from harness.analysis.latency_split import counted_off, mean_of
-from harness.profile import EmulatedStep
+from harness.profile.schema import EmulatedStep
 from harness.schemas import LevelSummary, RunSummary, ServerLevelMetrics
 from harness.schemas.window import TOLERANCE
 
@@ -69,7 +69,7 @@ def _cores(cpu: dict[str, float], title: str) -> float | None:
 
 
 class Compared(Protocol):
-    """What the check reads of a compare (harness.compare.CompareSummary): its step, its sides' runs, and its
+    """What the check reads of a compare (harness.procedures.compare.CompareSummary): its step, its sides' runs, and its
     levels' CPU per process (`<side>_cpu_cores`, where known)."""
 
     emulated_step: EmulatedStep | None

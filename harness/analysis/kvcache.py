@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from harness.profile import EngineSettings
+from harness.profile.schema import EngineSettings
 from harness.schemas import AppliedConfig
 
 BLOCK_SIZE = 16  # vLLM's default KV block size in tokens: the cache holds whole blocks

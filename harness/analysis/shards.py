@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from harness.analysis.stats import level_stats
 from harness.errors import LayerbenchError
 from harness.load.client import RequestRecord
-from harness.profile import LoadProfile
+from harness.profile.schema import LoadProfile
 from harness.results import read_jsonl
 from harness.schemas import ClientHealth, LevelSummary, RunSummary
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from harness.analysis.steady import stationarity, ttft_modes
 from harness.load.client import RequestRecord
-from harness.profile import SLO
+from harness.profile.schema import SLO
 from harness.schemas import Dist, LevelStats
 
 # Off schedule (LevelStats.off_schedule), open loop only. The client sends request i at t0 + its scheduled

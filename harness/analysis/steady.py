@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from harness.load.client import RequestRecord
-from harness.profile import MIN_HALF
+from harness.profile.schema import MIN_HALF
 from harness.schemas.window import Modes, Stationarity
 
 BINS = 8

@@ -23,7 +23,7 @@ from harness.load.client import StreamClient
 from harness.load.prompts import PromptGenerator
 from harness.load.runner import run_level
 from harness.load.scraper import Scraper
-from harness.profile import EngineSettings, LoadProfile, load_profile
+from harness.profile.schema import EngineSettings, LoadProfile, load_profile
 from harness.reporting.format import fmt, markdown_table
 from harness.results import new_run_id
 from stacks.base import DeploySettings, Stack
@@ -56,7 +56,7 @@ def _window(stack: Stack, profile: LoadProfile, client: StreamClient, gen: Promp
 
 
 def _model(engine: EngineSettings, progress: Progress, task: TaskID, tmp: Path) -> list[dict]:
-    from stacks.engine_model import model_dir
+    from stacks.base.engine_model import model_dir
     from stacks.vllm import VllmStack
 
     profile = load_profile("gpu-like").model_copy(update={"engine": engine})

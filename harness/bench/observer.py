@@ -23,12 +23,13 @@ from rich.progress import Progress
 from harness.analysis.stats import level_stats
 from harness.bench.figures import Verdict
 from harness.bench.section import Context, SectionResult
-from harness.load import eventloop, placement
+from harness.host import placement
+from harness.load import eventloop
 from harness.load.client import RequestRecord, StreamClient
 from harness.load.prompts import PromptGenerator
 from harness.load.runner import run_level
 from harness.load.scraper import Scraper
-from harness.profile import load_profile
+from harness.profile.schema import load_profile
 from harness.reporting.format import markdown_table
 from harness.results import new_run_id
 from stacks.base import DeploySettings

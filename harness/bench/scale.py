@@ -32,9 +32,9 @@ from harness.load.levels import Driver
 from harness.load.openloop import run_rate_level
 from harness.load.prompts import PromptGenerator
 from harness.load.workers import WorkerSpec
-from harness.profile import LoadProfile
+from harness.measure.split import Split
+from harness.profile.schema import LoadProfile
 from harness.results import new_run_id
-from harness.split import Split
 
 ITL_MS, TOKENS, CONCURRENCY = 5.0, 64, 64
 SIZES = (128, 768)

@@ -203,7 +203,8 @@ VERDICT_ORDER = ("overhead", "gain", "equivalent", "inconclusive")
 
 
 def stop_kind(stopped: str | None) -> str:
-    """harness.stopping's reason without its counts, so compares that stopped for the same reason count together."""
+    """harness.measure.stopping's reason without its counts, so compares that stopped for the same reason count
+    together."""
     if stopped is None:
         return "no reason recorded"
     return next((kind for prefix, kind in STOPS if stopped.startswith(prefix)), stopped)

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from harness.errors import LayerbenchError
-from harness.profile import EngineSettings, LoadProfile, load_profile
+from harness.profile.schema import EngineSettings, LoadProfile, load_profile
 from harness.results import RunWriter
 
 # Wide tables stay readable when output goes to a file or CI log instead of a terminal.
@@ -73,7 +73,7 @@ def _has_gpu(args: argparse.Namespace) -> bool:
     """Whether the engine will run on NVIDIA GPUs: a cluster or docker target's hosts, or this host's."""
     if getattr(args, "target", "local") != "local":
         return True
-    from harness.gpus import host_gpus
+    from harness.host.gpus import host_gpus
 
     return host_gpus() is not None
 
@@ -113,10 +113,10 @@ def profile_for(args: argparse.Namespace) -> LoadProfile:
 def settings_for(args: argparse.Namespace, profile: LoadProfile, log_dir: Path):
     """Deployment settings for the profile on the chosen target. On the local target the GPUs are chosen and the
     model resolved here, before anything is deployed or written (a dry run resolves without downloading);
-    docker and k8s deploy the cluster's model (stacks/k8s/plan.py)."""
-    from harness.gpus import devices_for, host_gpus
+    docker and k8s deploy the cluster's model (harness/targets/k8s/plan.py)."""
+    from harness.host.gpus import devices_for, host_gpus
     from stacks.base import MODEL_DIR, DeploySettings, get_stack, parse_options
-    from stacks.engine_model import check_target, resolve
+    from stacks.base.engine_model import check_target, resolve
 
     options = parse_options(getattr(args, "opt", None))
     if getattr(args, "port", None):

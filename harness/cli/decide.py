@@ -1,6 +1,7 @@
 """`layerbench capacity` and `layerbench sweep`: the commands that turn measurements into decisions (how much
 load one GPU holds at an SLA, whether an engine setting still helps behind a layer, which part of the layer
-costs). Measurement lives in harness.capacity and harness.variants, presentation in their report modules."""
+costs). Measurement lives in harness.procedures.capacity and harness.procedures.variants, presentation in their
+report modules."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 from harness.cli import inputs
 from harness.cli.common import add_model_arguments, console, prepare, recorded
 from harness.errors import LayerbenchError
-from harness.profile import EngineSettings
+from harness.profile.schema import EngineSettings
 from harness.results import RESULTS_DIR, RunWriter
 
 
@@ -26,15 +27,15 @@ def _local_only(args: argparse.Namespace, what: str) -> None:
 
 
 def cmd_capacity(args: argparse.Namespace) -> int:
-    from harness.capacity import gauge_profile, searcher
+    from harness.measure.session import baseline_then_stack, place, sides
+    from harness.procedures.capacity import gauge_profile, searcher
     from harness.reporting.capacity_report import write
     from harness.schemas import SLA, CapacitySummary
-    from harness.session import baseline_then_stack, place, sides
     p = prepare(args, "capacity")
     profile, cost, stack, run_id = p.profile, p.cost, p.stack, p.run_id
     sla = SLA(ttft_p95_s=args.sla_ttft_p95 or profile.slo.ttft_s, itl_p95_s=args.sla_itl_p95 or profile.slo.itl_p95_s)
     if args.target != "local":
-        from harness.targets import run_capacity
+        from harness.cli.targets import run_capacity
 
         return run_capacity(args, stack, profile, sla, run_id, console)
     _local_only(args, "capacity")
@@ -81,9 +82,9 @@ def cmd_capacity(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from harness.measure.session import baseline_then_stack, place
+    from harness.procedures.variants import Point, SweepSummary, plan, settle
     from harness.reporting.variants_report import write
-    from harness.session import baseline_then_stack, place
-    from harness.variants import Point, SweepSummary, plan, settle
     from stacks.base import get_stack
 
     _local_only(args, "sweep")
@@ -97,7 +98,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         profile = profile.with_levels(args.levels)
     profiles = None
     if args.shapes:
-        from harness.shapes import plan_shapes
+        from harness.procedures.shapes import plan_shapes
 
         kind, key = "shape", "shape"
         values, targets, profiles, labels = plan_shapes(args.shapes, get_stack(args.stack), settings, profile)
@@ -117,7 +118,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     measured = None
 
-    from harness.compare import latest_aa
+    from harness.procedures.compare import latest_aa
 
     aa = latest_aa(Path(args.results_dir), profile.name)
     host = aa.components if aa else {}  # one deployment per value: the host's A/A is all the noise it can know
@@ -154,7 +155,7 @@ def _kv_tables(measured, engines: dict[str, EngineSettings], model_dir: Path) ->
 
 
 def add_parsers(sub, profile_help: str, results_help: str) -> None:
-    from harness.targets import add_target_arguments
+    from harness.cli.targets import add_target_arguments
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--stack", required=True)

@@ -48,7 +48,7 @@ def positive_int(s: str) -> int:
 
 def client_procs(s: str) -> int | str:
     """`auto`, or a number of load client processes from 1 to CLIENT_PROCS_MAX."""
-    from harness.profile import CLIENT_PROCS_MAX
+    from harness.profile.schema import CLIENT_PROCS_MAX
 
     if s == "auto":
         return s
@@ -169,7 +169,7 @@ def output_file(s: str) -> str:
 
 def gpu_list(s: str) -> list[int]:
     """GPU indices as nvidia-smi numbers them: "0", "0,1", "2, 3". Whether they exist is checked against the
-    host before anything is deployed (harness.gpus.devices_for)."""
+    host before anything is deployed (harness.host.gpus.devices_for)."""
     parts = [p.strip() for p in s.split(",")]
     if not parts or any(not _DIGITS.fullmatch(p) for p in parts):
         raise argparse.ArgumentTypeError(f"GPUs are indices separated by commas (e.g. 0,1), got {_shown(s)}")

@@ -21,10 +21,10 @@ from harness.cli.common import (
     profile_for,
     recorded,
 )
+from harness.cli.targets import add_target_arguments, check_target, run_target
 from harness.errors import LayerbenchError
-from harness.profile import load_profile
+from harness.profile.schema import load_profile
 from harness.results import RESULTS_DIR, RunWriter
-from harness.targets import add_target_arguments, check_target, run_target
 from stacks.base import parse_options
 
 
@@ -33,9 +33,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     profile, cost, stack, run_id = p.profile, p.cost, p.stack, p.run_id
     if args.target != "local" or args.dry_run:
         return run_target("run", args, stack, profile, run_id, args.repeats, console)
+    from harness.measure.session import deploy_and_measure, place
     from harness.reporting.run_report import cost_markdown, summary_markdown
     from harness.reporting.terminal import run_summary
-    from harness.session import deploy_and_measure, place
 
     shard, sweep = load_shard(args, profile)
     if shard is not None and shard.index > 0:  # one pod reads the metric endpoints for the side, not every pod
@@ -73,7 +73,7 @@ def load_shard(args: argparse.Namespace, profile):
     import functools
 
     from harness.load.barrier import Barrier, Shard
-    from harness.sweep import measure
+    from harness.measure.sweep import measure
 
     count = getattr(args, "shards", None) or 1
     if count == 1:
@@ -92,7 +92,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     results = Path(args.results_dir)
     plan = None
     if args.resume:
-        from harness.resume import plan_resume
+        from harness.measure.resume import plan_resume
 
         plan = plan_resume(results, args.resume, args.stack, load_profile(args.profile) if args.profile else None,
                            parse_options(args.opt), args.repeats)
@@ -103,7 +103,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     profile, cost, stack, run_id = p.profile, p.cost, p.stack, p.run_id
     repeats = plan.repeats if plan else args.repeats or profile.repeats
     if profile.deployments == "interleaved":
-        from harness.interleave import cannot_interleave
+        from harness.measure.interleave import cannot_interleave
 
         if args.target != "local":
             raise LayerbenchError("deployments: interleaved runs on the local target only (a cluster's pods are "
@@ -113,10 +113,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     pairs_plan = plan_pairs(profile, args, results)
     if args.target != "local" or args.dry_run:
         return run_target("compare", args, stack, profile, run_id, repeats, console)
-    from harness.compare import run_compare
+    from harness.measure.session import place
+    from harness.procedures.compare import run_compare
     from harness.reporting.report import REPORTS_DIR
     from harness.reporting.terminal import compare_summary
-    from harness.session import place
 
     placement = place(profile)
     invocation = plan.invocation if plan else 0
@@ -154,10 +154,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if args.target != "local" or args.dry_run:
         return run_target("audit", args, stack, profile, run_id, None, console)
     from harness.analysis.audit import audit_from_scrapes
+    from harness.measure.session import baseline_then_stack, place
     from harness.reporting.report import audit_gist, audit_markdown
     from harness.reporting.terminal import markup
     from harness.results import read_jsonl
-    from harness.session import baseline_then_stack, place
 
     writer = RunWriter(run_id, Path(args.results_dir), meta={"command": "audit", "stack": args.stack,
                                                             "placement": place(profile), "pid": os.getpid()})
@@ -202,12 +202,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def plan_pairs(profile, args: argparse.Namespace, results: Path):
-    """A local sequential compare's plan (harness.planning), printed; refused, before anything is deployed, when
+    """A local sequential compare's plan (harness.measure.planning), printed; refused, before anything is deployed, when
     the budget cannot hold two pairs or (unless --anyway) cannot reach the target. None: a fixed design."""
     if profile.stopping != "sequential" or profile.deployments != "sequential" or args.target != "local":
         return None
-    from harness.compare import latest_aa
-    from harness.planning import check_plan, make_plan
+    from harness.measure.planning import check_plan, make_plan
+    from harness.procedures.compare import latest_aa
 
     aa = latest_aa(results, profile.name, deployments=profile.deployments)
     pairs_plan = make_plan(profile, args.stack, results, aa)
@@ -332,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_soak(args: argparse.Namespace) -> int:
-    from harness.soak import run_soak
+    from harness.procedures.soak import run_soak
 
     result, path = run_soak(args.duration, args.concurrency, Path(args.results_dir), Path(args.out_dir), console)
     console.print(path.read_text(), markup=False, highlight=False)

@@ -22,7 +22,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     if not run_dir.is_dir():
         raise LayerbenchError(f"no run folder {run_dir} (run ids are the folder names under {args.results_dir})")
     if not (run_dir / "compare.json").exists() and (run_dir / "compare-plan.json").exists():
-        from harness.remote_run import conclude  # a docker compare whose commands.sh ran by hand
+        from harness.targets.remote_run import conclude  # a docker compare whose commands.sh ran by hand
 
         conclude(run_dir)
     summary = load_compare(run_dir)

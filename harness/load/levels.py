@@ -12,7 +12,7 @@ from harness.load.client import RequestRecord, StreamClient
 from harness.load.openloop import run_rate_level, warm_open, warmup_requests
 from harness.load.prompts import PromptGenerator
 from harness.load.runner import LevelRun, run_level, warm
-from harness.profile import LoadProfile
+from harness.profile.schema import LoadProfile
 
 Callback = Callable[[RequestRecord], None]
 

@@ -1,7 +1,7 @@
 """The requests a load process sends. By default every prompt starts with a digest of (run, level, request,
 phase), so no two requests of a run, or of two runs, share a first KV block and prefix caching cannot flatter a
 stack; the rest is filler to the request's length. A profile may instead draw lengths from a distribution, take
-prompts from a dataset file, or put requests in groups that share a prefix (harness.workload).
+prompts from a dataset file, or put requests in groups that share a prefix (harness.profile.workload).
 
 Nothing here depends on which side sends: both sides of a compare send byte-identical requests in the same order
 (their engines are separate, so sharing them shares no cache)."""
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.load.datasets import Entry, load_dataset
-from harness.workload import Length, PrefixGroups, Sessions, bounds, draw, unit
+from harness.profile.workload import Length, PrefixGroups, Sessions, bounds, draw, unit
 
 # Filler is ordinary ASCII words; only the prefix has to differ between prompts.
 _FILLER_WORDS = (

@@ -27,7 +27,7 @@ from pathlib import Path
 from harness.childproc import StopFlag, child_signals, start_child, stop_child
 from harness.errors import LayerbenchError
 from harness.load import eventloop
-from harness.profile import CLIENT_PROCS_MAX as MAX_PROCS
+from harness.profile.schema import CLIENT_PROCS_MAX as MAX_PROCS
 
 US_PER_EVENT = 26.0  # the client's CPU per SSE event at c=64 (`make bench-harness`, scale section, 2-core host)
 CORE_SHARE = 0.5  # a worker is sized to use at most half a core: bursts fit, its loop lag stays low
@@ -188,7 +188,7 @@ def worker_main(spec: WorkerSpec, index: int, conn, flag: StopFlag) -> None:
     child_signals(flag)
     from harness.load.prompts import PromptGenerator
     from harness.load.protocols import CLIENTS
-    from harness.profile import LoadProfile
+    from harness.profile.schema import LoadProfile
 
     profile = LoadProfile.model_validate(spec.profile)
     gen = PromptGenerator.for_profile(spec.run_id, f"{spec.prompts_key}:w{index}", profile,

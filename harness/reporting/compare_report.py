@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.analysis.cost import Price, usd
-from harness.profile import EngineSettings
+from harness.profile.schema import EngineSettings
 from harness.reporting.document import Table
 from harness.reporting.format import fmt
 from harness.schemas import CompareSummary
@@ -54,7 +54,7 @@ def write_compare_report(s: CompareSummary, engine: EngineSettings | None, run_d
     `render` writes again (and what a cluster's compare writes once its sides are unpacked)."""
     from harness.analysis.lengths import contexts
     from harness.analysis.samples import ttft_samples
-    from harness.profile import LoadProfile
+    from harness.profile.schema import LoadProfile
     from harness.reporting.report import write_report
     from harness.reporting.workload_report import lengths_table, run_profile, turns_table
     from stacks.base import MODEL_DIR, get_stack

@@ -9,7 +9,7 @@ import math
 
 from harness.analysis.judging import ENDPOINTS
 from harness.analysis.verdict import pct
-from harness.profile import IDLE_CORES
+from harness.profile.schema import IDLE_CORES
 from harness.reporting.format import fmt, share_pct
 from harness.schemas import CompareSummary, LevelDelta, Verdict, levels_text
 

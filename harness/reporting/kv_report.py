@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from harness.analysis.kvcache import detect_gpu, kv_facts, kv_table
-from harness.profile import EngineSettings
+from harness.profile.schema import EngineSettings
 from harness.reporting.document import Table
 from harness.schemas import AppliedConfig
 from stacks.base import MODEL_DIR

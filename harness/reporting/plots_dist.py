@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from harness.compare import LevelDelta
+from harness.measure.resume import SIDES
+from harness.procedures.compare import LevelDelta
 from harness.reporting.format import major_processes
-from harness.resume import SIDES
 
 DPI = 110
 WIDTH_IN = 5.0

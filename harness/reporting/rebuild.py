@@ -14,7 +14,7 @@ from pathlib import Path
 from harness.analysis.server_metrics import engine_latency
 from harness.analysis.vllm_metrics import ENGINE_PREFIX
 from harness.errors import LayerbenchError
-from harness.profile import SLO, LoadProfile
+from harness.profile.schema import SLO, LoadProfile
 from harness.results import read_jsonl
 from harness.schemas import CompareSummary
 

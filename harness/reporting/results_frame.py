@@ -3,7 +3,8 @@ who wants the raw figures in a notebook: one row per (run, side, level, repeat),
 
 This module owns the flattening only. It never averages across runs (nor across repeats): a row is one measured
 window of one deployment, exactly as the compare recorded it. The compare's own verdict for a level (delta and
-its 95% interval, computed by harness/compare.py from both sides' repeats) is copied onto every row of that level,
+its 95% interval, computed by harness/procedures/compare.py from both sides' repeats) is copied onto every row of
+that level,
 the same for both sides, so a filter on one side keeps it."""
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from typing import Any
 
 import pandas as pd
 
-from harness.compare import LevelDelta
+from harness.measure.resume import SIDES
+from harness.procedures.compare import LevelDelta
 from harness.reporting.catalog import RunEntry, read_results
-from harness.resume import SIDES
 from harness.schemas import CompareSummary, Dist, LevelSummary, RunSummary, ServerLevelMetrics
 
 DISTS = ("ttft", "itl", "tpot", "e2e", "dispatch_delay")  # LevelStats.<name>_ms

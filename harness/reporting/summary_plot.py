@@ -27,7 +27,7 @@ class StackRun(BaseModel):
 
 
 class CapacityMark(StackRun):
-    """A stack's capacity at its SLA (harness/capacity.py), as the summary marks it."""
+    """A stack's capacity at its SLA (harness/procedures/capacity.py), as the summary marks it."""
 
     kind: Literal["concurrency", "rate"]
     value: float

@@ -144,7 +144,7 @@ def summary_lines(r: SummaryResult, results: str) -> list[RenderableType]:
 
 
 def plan_lines(plan: dict) -> list[str]:
-    """A local dry run's plan (harness/dryrun.py), a line per fact."""
+    """A local dry run's plan (harness/procedures/dryrun.py), a line per fact."""
     host, model, build = plan["host"], plan["model"], plan["engine_build"]
     gpus = (f"{host['count']} GPU(s): {host['model']}; driver {host['driver']}, CUDA {host['cuda'] or '?'}"
             + (f"; CUDA_VISIBLE_DEVICES={host['cuda_visible_devices']}" if host.get("cuda_visible_devices") else "")

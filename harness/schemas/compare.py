@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from harness.profile import SLO, EmulatedStep
+from harness.profile.schema import SLO, EmulatedStep
 from harness.schemas.audit import AuditResult
 from harness.schemas.deploy import AppliedConfig, PublishedResult, ServedModel
 from harness.schemas.verdicts import MARGIN, Components, Instability, LevelDelta
@@ -29,7 +29,7 @@ class Decision(BaseModel):
 
 
 class Stopping(BaseModel):
-    """How a sequential compare chose its pairs (harness.analysis.sequential, harness.planning)."""
+    """How a sequential compare chose its pairs (harness.analysis.sequential, harness.measure.planning)."""
 
     rule: str = "sequential"  # sequential | fixed
     max_pairs: int
@@ -73,7 +73,7 @@ class CompareSummary(BaseModel):
     settings_match: bool
     settings_mismatches: list[str]
     options: dict
-    frontend: str | None = None  # the API server on each side (stacks.engine_frontend.frontend_note)
+    frontend: str | None = None  # the API server on each side (stacks.base.engine_frontend.frontend_note)
     status: str = "running"
     failures: dict[str, str] = {}
     levels: list[LevelDelta] = []
@@ -92,7 +92,7 @@ class CompareSummary(BaseModel):
     emulated_step: EmulatedStep | None = None  # the GPU-like engine's configured step (engine.model: gpu-like)
     model: ServedModel | None = None  # what both sides served: id, resolved revision, config digest
     devices: list[int] = []  # the GPUs each side was given (the same for both); [] on a host without GPUs
-    gpu_host: dict | None = None  # the host's GPUs (harness.gpus.GpuHost.to_json); None: no GPU
+    gpu_host: dict | None = None  # the host's GPUs (harness.host.gpus.GpuHost.to_json); None: no GPU
     target: str = "local"  # where both sides ran: local, k8s or docker
     cluster: dict | None = None  # k8s/docker: the context, server, namespace, and each side's images and nodes
     stopping: Stopping | None = None  # a sequential compare: its plan, looks and why it stopped

@@ -22,7 +22,7 @@ class AppliedConfig(BaseModel):
 
 
 class ServedModel(BaseModel):
-    """The model both sides of a compare serve, resolved once before anything is deployed (stacks.engine_model):
+    """The model both sides of a compare serve, resolved once before anything is deployed (stacks.base.engine_model):
     what the profile asked for, the exact files on this host, and the identity the report records."""
 
     source: Literal["tiny", "gpu-like", "hub", "path"]

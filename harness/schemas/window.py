@@ -233,7 +233,7 @@ class LevelSummary(BaseModel):
     incomplete: str | None = None  # why the level stopped before its end; its figures cover what was sent
     invocation: int = 0  # 0: the first `compare`, n: the n-th `--resume` of it
     sent: int | None = None  # requests the load loop started; each one is a line in requests.jsonl
-    part_of: float | None = None  # one load pod's part of the side's level (stacks/k8s load_parallelism)
+    part_of: float | None = None  # one load pod's part of the side's level (harness/targets/k8s load_parallelism)
     gpu: list[GpuWindow] = []  # NVML (and DCGM) per GPU of the deployment over the window; [] without GPUs
     pair: int = 0  # a compare's deployment pair that measured it (0: the first)
     attempt: int = 0  # an interleaved compare's window measured again (the other deployment was busy): its try

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from harness.cli.main import main
-from harness.soak import EXPECTED_ERRORS, EXPECTED_GAPS
+from harness.procedures.soak import EXPECTED_ERRORS, EXPECTED_GAPS
 
 pytestmark = pytest.mark.slow
 

@@ -45,8 +45,8 @@ def test_a_model_that_fails_to_load_is_reported_with_its_status_and_log(tmp_path
     """A model whose initialize() raises: Triton stays up with the model UNAVAILABLE; the deployment fails with
     Triton's reason and the last lines of its log, and nothing is left running."""
     from harness.errors import LayerbenchError
-    from stacks import triton, triton_repo
-    from stacks.base import DeploySettings
+    from stacks import triton
+    from stacks.base import DeploySettings, triton_repo
 
     broken = tmp_path / "model.py"
     broken.write_text("class TritonPythonModel:\n    def initialize(self, args):\n"

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.pairs import pair_targets
-from harness.profile import EngineSettings
+from harness.measure.pairs import pair_targets
+from harness.profile.schema import EngineSettings
 from stacks.base import DeploySettings
 from stacks.vllm import VllmStack
 

@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from stacks.crds import validate
+from harness.targets.k8s.crds import validate
 from tests.integration.conftest import assert_gone, assert_version_matched, deployments, pids_of
 
 pytestmark = pytest.mark.slow

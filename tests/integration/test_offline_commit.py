@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from harness.errors import LayerbenchError
-from harness.profile import EngineSettings
+from harness.profile.schema import EngineSettings
 from stacks.base import MODEL_DIR
-from stacks.engine_model import resolve
+from stacks.base.engine_model import resolve
 from tests.integration.conftest import assert_gone, pids_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))

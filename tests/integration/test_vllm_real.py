@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from harness.cli.main import main
-from harness.profile import EngineSettings
+from harness.profile.schema import EngineSettings
 from harness.results import read_jsonl
 from stacks.base import DeploySettings
-from stacks.procs import port_in_use
+from stacks.base.procs import port_in_use
 from stacks.vllm import VllmStack
 from tests.integration.conftest import assert_gone
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.capacity import coarse_levels, judge, search
 from harness.cli.main import main
-from harness.profile import LoadProfile
+from harness.procedures.capacity import coarse_levels, judge, search
+from harness.profile.schema import LoadProfile
 from harness.schemas import SLA, CapacitySummary, Probe
 
 SLA_T = SLA(ttft_p95_s=0.05, itl_p95_s=0.02)

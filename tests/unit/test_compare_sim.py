@@ -203,7 +203,7 @@ def test_stack_dying_mid_run_is_reported_and_kept(tmp_path, write_profile, monke
     import os
     import signal
 
-    from harness import sweep
+    from harness.measure import sweep
 
     original = sweep.level_stats
 

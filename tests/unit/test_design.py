@@ -11,8 +11,8 @@ from harness.analysis.calibrate import fastest_dtype, levels_held
 from harness.analysis.stats import steady_window, tokens_between
 from harness.analysis.verdict import balanced_mean, components, holm, judge
 from harness.load.client import RequestRecord
-from harness.pairs import pair_order, schedule
-from harness.profile import EmulatedStep
+from harness.measure.pairs import pair_order, schedule
+from harness.profile.schema import EmulatedStep
 from harness.schemas import Components, DtypeChoice
 from stacks.base import DeploySettings
 from stacks.sim import SimStack

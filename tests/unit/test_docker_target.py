@@ -10,14 +10,14 @@ import subprocess
 import pytest
 import yaml
 
-from harness import gpus
 from harness.cli.main import main
 from harness.errors import LayerbenchError
-from harness.profile import load_profile
+from harness.host import gpus
+from harness.profile.schema import load_profile
+from harness.targets.k8s.common import gpu_engine_args
+from harness.targets.k8s.docker import command_problems, render_docker, script, write_docker
+from harness.targets.k8s.plan import ClusterSettings
 from stacks.base import DeploySettings, get_stack
-from stacks.k8s.common import gpu_engine_args
-from stacks.k8s.docker import command_problems, render_docker, script, write_docker
-from stacks.k8s.plan import ClusterSettings
 
 RUN = "20261201-101010-compare-ray-abc123"
 

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness import driver, engine_build, gpus
 from harness.cli.main import main
 from harness.errors import LayerbenchError
+from harness.host import driver, engine_build, gpus
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKES = ROOT / "tests" / "fakes" / "bin"
@@ -153,7 +153,7 @@ def test_a_mig_device_is_refused_with_the_way_out(host_of):
 def run_doctor(fixture: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{FAKES}{os.pathsep}{os.environ['PATH']}", "HF_HUB_OFFLINE": "1",
            "FAKE_NVIDIA_SMI_FIXTURE": str(FIXTURES / f"{fixture}.txt")}
-    return subprocess.run([sys.executable, "-m", "harness.doctor"], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "harness.host.doctor"], cwd=ROOT, capture_output=True, text=True,
                           timeout=120, env=env)
 
 
@@ -195,7 +195,7 @@ def gpu_check(tmp_path: Path, fixture: str, nvml_driver: str, nvml_cuda: int) ->
     env = {**os.environ, "PATH": f"{FAKES}{os.pathsep}{os.environ['PATH']}", "HF_HUB_OFFLINE": "1",
            "FAKE_NVIDIA_SMI_FIXTURE": str(FIXTURES / f"{fixture}.txt"), "FAKE_NVML_SCRIPT": str(script),
            "PYTHONPATH": str(ROOT / "tests" / "fakes" / "nvml")}
-    return subprocess.run([sys.executable, "-m", "harness.gpu_check", "--seconds", "1"], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "harness.host.gpu_check", "--seconds", "1"], cwd=ROOT,
                           capture_output=True, text=True, timeout=300, env=env)
 
 

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from harness.pairs import pair_targets
-from harness.profile import EngineSettings
-from stacks import engine_env as ee
+from harness.measure.pairs import pair_targets
+from harness.profile.schema import EngineSettings
 from stacks import kserve as kserve_mod
 from stacks import triton as triton_mod
 from stacks import vllm as vllm_mod
 from stacks.base import DeploySettings
+from stacks.base import engine_env as ee
+from stacks.base.local import LocalServerStack
 from stacks.kserve import KServeStack
-from stacks.local import LocalServerStack
 from stacks.ray import RayStack
 from stacks.triton import TritonStack
 from stacks.vllm import VllmStack
@@ -104,7 +104,7 @@ def test_engine_env_without_a_root_still_shares_nothing():
 
 
 def test_the_deployment_record_says_how_the_engine_started(tmp_path):
-    record = VllmStack(settings(tmp_path)).describe()  # harness.session writes it into run.json's deployments
+    record = VllmStack(settings(tmp_path)).describe()  # harness.measure.session writes it into run.json's deployments
     assert record["engine_start"] == ee.ENGINE_START and record["engine_start"].startswith("cold")
     fronted = KServeStack(settings(tmp_path, mode="proxy")).describe()
     assert fronted["upstream"]["engine_start"] == ee.ENGINE_START

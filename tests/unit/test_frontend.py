@@ -14,19 +14,19 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from harness.compare import run_compare
 from harness.errors import LayerbenchError
-from harness.pairs import pair_targets
-from harness.profile import EngineSettings, LoadProfile, load_profile
+from harness.measure.pairs import pair_targets
+from harness.procedures.compare import run_compare
+from harness.profile.schema import EngineSettings, LoadProfile, load_profile
 from harness.reporting.report import context
 from harness.reporting.terminal import stacks_table
 from harness.results import RunWriter
 from harness.schemas import CompareSummary
-from stacks import engine_frontend as ef
 from stacks import vllm as vllm_mod
 from stacks.base import ENGINE_VENV, DeploySettings
+from stacks.base import engine_frontend as ef
+from stacks.base.local import LocalServerStack
 from stacks.kserve import KServeStack
-from stacks.local import LocalServerStack
 from stacks.ray import RayStack
 from stacks.triton import TritonStack
 from stacks.vllm import VllmStack

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import gpus
 from harness.cli.main import main
-from harness.engine_build import choose
 from harness.errors import LayerbenchError
-from harness.models import STUDY_MODEL
+from harness.host import gpus
+from harness.host.engine_build import choose
+from harness.profile.models import STUDY_MODEL
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKES = ROOT / "tests" / "fakes" / "bin"
@@ -113,7 +113,7 @@ def test_a_driver_older_than_every_build_is_refused_with_what_to_install():
 
 def run_doctor(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     """`make doctor`'s command, with the system's environment plus `env` (a fresh process: it asks nvidia-smi)."""
-    return subprocess.run([sys.executable, "-m", "harness.doctor", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "harness.host.doctor", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=120, env={**os.environ, **env})
 
 

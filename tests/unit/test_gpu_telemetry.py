@@ -152,9 +152,9 @@ def test_a_compare_fails_when_the_baseline_keeps_its_gpu_memory(nvml, tmp_path, 
     """Two reference-engine deployments on 'GPU 0': memory held after the first fails the second, named."""
     from rich.console import Console
 
-    from harness.profile import LoadProfile
+    from harness.measure.session import baseline_then_stack
+    from harness.profile.schema import LoadProfile
     from harness.results import RunWriter
-    from harness.session import baseline_then_stack
     from stacks.base import DeploySettings
     from stacks.sim import SimStack
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import LayerbenchError
-from harness.profile import EmulatedStep, EngineSettings, load_profile
+from harness.profile.schema import EmulatedStep, EngineSettings, load_profile
 
 PLUGIN = Path(__file__).resolve().parents[2] / "engine_plugin"
 sys.path.insert(0, str(PLUGIN))
@@ -117,7 +117,7 @@ def test_profile_field_selects_the_model_and_needs_its_step():
 
 
 def test_gpu_like_model_dir_links_the_tiny_model_and_names_the_plugin_architecture(tmp_path):
-    from stacks.engine_model import model_dir
+    from stacks.base.engine_model import model_dir
 
     tiny = tmp_path / "tiny-qwen2"
     tiny.mkdir()
@@ -139,7 +139,7 @@ def test_gpu_like_model_dir_links_the_tiny_model_and_names_the_plugin_architectu
 
 def test_harness_and_plugin_agree_on_the_architecture_and_the_switch():
     """The harness cannot import the plugin (it lives in the engine environment): compare their constants."""
-    from stacks import engine_model
+    from stacks.base import engine_model
 
     tree = ast.parse((PLUGIN / "layerbench_gpulike" / "__init__.py").read_text())
     consts = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign) for t in n.targets}
@@ -149,8 +149,8 @@ def test_harness_and_plugin_agree_on_the_architecture_and_the_switch():
 
 def test_only_the_gpu_like_engine_blocks_its_queue_readers_and_it_runs_locally_only():
     from stacks.base import DeploySettings
-    from stacks.engine_env import engine_env
-    from stacks.engine_model import BLOCKING_WAIT_ENV, check_target
+    from stacks.base.engine_env import engine_env
+    from stacks.base.engine_model import BLOCKING_WAIT_ENV, check_target
 
     gpu_like = EngineSettings(model="gpu-like", step=STEP)
     assert engine_env(DeploySettings(engine=gpu_like))[BLOCKING_WAIT_ENV] == "1"

@@ -80,7 +80,7 @@ class _Run:
 def test_a_window_is_measured_again_while_the_idle_side_is_busy(monkeypatch):
     from rich.console import Console
 
-    from harness import interleave
+    from harness.measure import interleave
 
     burns = iter([0.5, 0.5, 0.0])  # CPU seconds the idle side spends during each try
     clock = [0.0, 0.0]  # (monotonic time, the idle side's CPU seconds)
@@ -108,7 +108,7 @@ def test_a_window_is_measured_again_while_the_idle_side_is_busy(monkeypatch):
 def test_the_last_try_is_kept_with_its_idle_figure(monkeypatch):
     from rich.console import Console
 
-    from harness import interleave
+    from harness.measure import interleave
 
     clock = [0.0, 0.0]
 
@@ -156,8 +156,8 @@ def test_the_latest_try_of_a_window_is_the_one_its_ttft_samples_come_from(tmp_pa
 def test_gpus_that_cannot_hold_both_sides_are_refused(tmp_path, write_profile, capsys):
     profile = write_profile(concurrency=[1], requests=20, requests_per_concurrency=0, deployments="interleaved",
                             engine={"model": "tiny", "gpu_memory_utilization": 0.85})
-    from harness import interleave
-    from harness.profile import load_profile
+    from harness.measure import interleave
+    from harness.profile.schema import load_profile
 
     p = load_profile(str(profile))
     stack = SimpleNamespace(settings=SimpleNamespace(devices=[0]))

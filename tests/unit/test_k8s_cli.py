@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from harness.cli.main import main
-from stacks.k8s.plan import K8sPlan
-from stacks.k8s.validate import object_problems
+from harness.targets.k8s.plan import K8sPlan
+from harness.targets.k8s.validate import object_problems
 
 
 @pytest.mark.parametrize(("kind", "extra"), [
@@ -24,7 +24,7 @@ def test_compare_dry_run_writes_valid_manifests(kind, extra, tmp_path, capsys, m
     def no_cluster(*args, **kwargs):
         raise AssertionError("a dry run must not reach the cluster")
 
-    monkeypatch.setattr("stacks.k8s.runner.run_plan", no_cluster)
+    monkeypatch.setattr("harness.targets.k8s.runner.run_plan", no_cluster)
     rc = main(["compare", "--stack", kind, *extra, "--target", "k8s", "--dry-run", "--results-dir", str(tmp_path)])
     assert rc == 0, capsys.readouterr().err
     (run,) = tmp_path.iterdir()
@@ -43,7 +43,7 @@ def test_compare_dry_run_writes_valid_manifests(kind, extra, tmp_path, capsys, m
 
 
 def test_an_invalid_rendering_is_refused_with_every_problem(tmp_path, capsys, monkeypatch):
-    from stacks.k8s import render_vllm
+    from harness.targets.k8s import render_vllm
 
     real = render_vllm.render_vllm
 
@@ -71,8 +71,8 @@ def test_k8s_without_dry_run_hands_the_plan_to_the_runner(tmp_path, monkeypatch,
         seen.update(plan=plan, out_dir=out_dir, **kwargs)
         return 0
 
-    monkeypatch.setattr("stacks.k8s.runner.run_plan", run_plan)
-    monkeypatch.setattr("stacks.k8s.validate.plan_problems", lambda plan, version, crd_dir=None: [])
+    monkeypatch.setattr("harness.targets.k8s.runner.run_plan", run_plan)
+    monkeypatch.setattr("harness.targets.k8s.validate.plan_problems", lambda plan, version, crd_dir=None: [])
     assert main(["run", "--stack", "vllm", "--target", "k8s", "--results-dir", str(tmp_path)]) == 0
     (run,) = tmp_path.iterdir()
     assert seen["out_dir"] == run and [s.label for s in seen["plan"].sides] == ["stack"]
@@ -97,7 +97,7 @@ def test_bad_combinations_are_refused_before_anything_is_written(argv, message, 
 
 
 def test_cluster_settings_come_from_the_cluster_config(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("stacks.k8s.validate.plan_problems", lambda plan, version, crd_dir=None: [])
+    monkeypatch.setattr("harness.targets.k8s.validate.plan_problems", lambda plan, version, crd_dir=None: [])
     config = tmp_path / "cluster.yaml"
     config.write_text("namespace: bench\ngpus: 2\nruntime_class: nvidia\n")
     results = tmp_path / "results"

@@ -1,4 +1,4 @@
-"""The k8s target's cluster side (stacks.k8s.cluster, runner, jobresults) through the real `kubernetes`
+"""The k8s target's cluster side (harness.targets.k8s.cluster, runner, jobresults) through the real `kubernetes`
 client over HTTP against tests/k8s_emulator.py: apply, readiness and its failure conditions, engine version,
 logs, the load Job's results, deletion that waits until everything is gone, and run_plan end to end (its
 preflight failing too). Readiness moves with requests in the emulator, never with sleeps; preflight's own
@@ -20,10 +20,10 @@ import yaml
 from rich.console import Console
 
 from harness.errors import LayerbenchError
-from stacks.k8s import jobresults
-from stacks.k8s.cluster import Cluster
-from stacks.k8s.plan import ClusterSettings, K8sPlan, Side
-from stacks.k8s.runner import run_plan
+from harness.targets.k8s import jobresults
+from harness.targets.k8s.cluster import Cluster
+from harness.targets.k8s.plan import ClusterSettings, K8sPlan, Side
+from harness.targets.k8s.runner import run_plan
 from tests.k8s_emulator import Emulator, write_kubeconfig
 
 RUN = "20261201-101010-compare-ray-abc123"

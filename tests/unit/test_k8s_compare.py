@@ -18,10 +18,10 @@ import yaml
 from harness.cli.main import main
 from harness.results import read_jsonl
 from harness.schemas import CompareSummary
+from harness.targets.k8s import jobresults
+from harness.targets.k8s.images import DEFAULT_RAY_IMAGE
+from harness.targets.k8s.kubeapi import run_label_value
 from stacks.base import DeploySettings
-from stacks.k8s import jobresults
-from stacks.k8s.images import DEFAULT_RAY_IMAGE
-from stacks.k8s.kubeapi import run_label_value
 from stacks.sim import SimStack
 from tests.k8s_emulator import Emulator, write_kubeconfig
 

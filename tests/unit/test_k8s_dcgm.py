@@ -1,4 +1,4 @@
-"""GPU telemetry on the k8s target (stacks.k8s.dcgm, through run_plan against tests/k8s_emulator.py): where the
+"""GPU telemetry on the k8s target (harness.targets.k8s.dcgm, through run_plan against tests/k8s_emulator.py): where the
 cluster runs NVIDIA's dcgm-exporter, each side's load Job also scrapes the exporter pod on the engine's node and
 the side's record (and so the report) names it; where it runs none, the record says there is no GPU telemetry.
 The same runs check that each load Job mounts the HF cache read-only and counts with the served model's snapshot.
@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from harness.profile import load_profile
+from harness.profile.schema import load_profile
+from harness.targets.k8s import dcgm, jobresults
+from harness.targets.k8s.cluster import Cluster
+from harness.targets.k8s.plan import ClusterSettings
+from harness.targets.k8s.render import render_plan
+from harness.targets.k8s.runner import run_plan
 from stacks.base import DeploySettings, get_stack
-from stacks.k8s import dcgm, jobresults
-from stacks.k8s.cluster import Cluster
-from stacks.k8s.plan import ClusterSettings
-from stacks.k8s.render import render_plan
-from stacks.k8s.runner import run_plan
 from tests.k8s_emulator import Emulator
 
 RUN = "20261201-101010-compare-vllm-abc123"
@@ -212,8 +212,8 @@ def test_a_pod_ip_becomes_a_url(ip: str, url: str) -> None:
 
 # --- the report -----------------------------------------------------------------------------------------------
 def cluster_compare(cluster: dict[str, Any]):
-    from harness.remote_compare import cluster_model
     from harness.schemas import CompareSummary
+    from harness.targets.remote_compare import cluster_model
 
     return CompareSummary(run_id="t", stack="vllm", baseline_stack="vllm", in_request_path=True, profile="p",
                           repeats=1, versions={}, version_match=True, applied={}, settings_match=True,

@@ -14,18 +14,18 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from harness import gpus
 from harness.errors import LayerbenchError
-from harness.profile import load_profile
+from harness.host import gpus
+from harness.profile.schema import load_profile
+from harness.targets.k8s.cluster import Cluster
+from harness.targets.k8s.docker import render_docker, script
+from harness.targets.k8s.driver_check import needed_driver, node_driver, script_check
+from harness.targets.k8s.images import DEFAULT_KSERVE_HF_IMAGE, DEFAULT_RAY_IMAGE, DEFAULT_TRITON_IMAGE, image_cuda
+from harness.targets.k8s.plan import ClusterSettings
+from harness.targets.k8s.preflight import preflight
+from harness.targets.k8s.render import render_plan
+from harness.targets.k8s.runner import run_plan
 from stacks.base import DeploySettings, get_stack
-from stacks.k8s.cluster import Cluster
-from stacks.k8s.docker import render_docker, script
-from stacks.k8s.driver_check import needed_driver, node_driver, script_check
-from stacks.k8s.images import DEFAULT_KSERVE_HF_IMAGE, DEFAULT_RAY_IMAGE, DEFAULT_TRITON_IMAGE, image_cuda
-from stacks.k8s.plan import ClusterSettings
-from stacks.k8s.preflight import preflight
-from stacks.k8s.render import render_plan
-from stacks.k8s.runner import run_plan
 from tests.k8s_emulator import Emulator
 
 RUN = "20261201-101010-compare-ray-abc123"

@@ -12,12 +12,12 @@ import pytest
 from rich.console import Console
 
 from harness.errors import LayerbenchError
-from harness.profile import load_profile
+from harness.profile.schema import load_profile
+from harness.targets.k8s.cluster import Cluster
+from harness.targets.k8s.plan import ClusterSettings
+from harness.targets.k8s.render import render_plan
+from harness.targets.k8s.runner import run_plan
 from stacks.base import DeploySettings, get_stack
-from stacks.k8s.cluster import Cluster
-from stacks.k8s.plan import ClusterSettings
-from stacks.k8s.render import render_plan
-from stacks.k8s.runner import run_plan
 from tests.k8s_emulator import Emulator
 
 RUN = "20261201-101010-run-kserve-abc123"

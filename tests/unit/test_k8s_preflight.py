@@ -1,4 +1,4 @@
-"""Preflight of the k8s target (stacks.k8s.preflight) through the real `kubernetes` client over HTTP against
+"""Preflight of the k8s target (harness.targets.k8s.preflight) through the real `kubernetes` client over HTTP against
 tests/k8s_emulator.py: each failure's exact, actionable message, and one read-only check of a real cluster
 (marked `cluster`, skipped without a kubeconfig)."""
 
@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from harness.errors import LayerbenchError
-from stacks.k8s.cluster import Cluster
-from stacks.k8s.plan import ClusterSettings
-from stacks.k8s.preflight import deployment_mode, preflight
+from harness.targets.k8s.cluster import Cluster
+from harness.targets.k8s.plan import ClusterSettings
+from harness.targets.k8s.preflight import deployment_mode, preflight
 from tests.k8s_emulator import Emulator, write_kubeconfig
 
 RUN = "preflight-test"

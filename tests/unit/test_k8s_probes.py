@@ -12,13 +12,13 @@ import pytest
 from rich.console import Console
 
 from harness.errors import LayerbenchError
-from harness.profile import load_profile
+from harness.profile.schema import load_profile
+from harness.targets.k8s.cluster import Cluster
+from harness.targets.k8s.images import DEFAULT_KSERVE_HF_IMAGE, DEFAULT_RAY_IMAGE, DEFAULT_TRITON_IMAGE
+from harness.targets.k8s.plan import ClusterSettings
+from harness.targets.k8s.render import render_plan
+from harness.targets.k8s.runner import run_plan
 from stacks.base import DeploySettings, get_stack
-from stacks.k8s.cluster import Cluster
-from stacks.k8s.images import DEFAULT_KSERVE_HF_IMAGE, DEFAULT_RAY_IMAGE, DEFAULT_TRITON_IMAGE
-from stacks.k8s.plan import ClusterSettings
-from stacks.k8s.render import render_plan
-from stacks.k8s.runner import run_plan
 from tests.k8s_emulator import Emulator
 
 RUN = "20261201-101010-compare-ray-abc123"
@@ -172,7 +172,7 @@ def test_a_kubeconfig_without_the_crds_is_refused(tmp_path):
 def test_an_interrupted_compare_deletes_what_it_made_and_reports_what_it_measured(tmp_path, monkeypatch):
     """Ctrl-C during the stack's load: the baseline measured, everything deleted, the report marked interrupted."""
     from harness.cli.main import main
-    from stacks.k8s import jobresults
+    from harness.targets.k8s import jobresults
     from tests.k8s_emulator import write_kubeconfig
     from tests.unit.test_k8s_compare import split_side
 

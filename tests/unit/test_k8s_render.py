@@ -10,12 +10,12 @@ import pytest
 import yaml
 
 from harness.errors import LayerbenchError
-from harness.profile import load_profile
+from harness.profile.schema import load_profile
+from harness.targets.k8s.common import gpu_engine_args
+from harness.targets.k8s.plan import ClusterSettings, K8sPlan
+from harness.targets.k8s.render import render_plan, write_plan
+from harness.targets.k8s.validate import plan_problems
 from stacks.base import DeploySettings, get_stack
-from stacks.k8s.common import gpu_engine_args
-from stacks.k8s.plan import ClusterSettings, K8sPlan
-from stacks.k8s.render import render_plan, write_plan
-from stacks.k8s.validate import plan_problems
 
 RUN = "20261201-101010-compare-ray-abc123"
 
@@ -282,7 +282,7 @@ def test_load_job_drives_the_service_by_cluster_dns():
     assert pod["securityContext"]["runAsNonRoot"] is True and c["securityContext"]["allowPrivilegeEscalation"] is False
     assert "hostNetwork" not in pod and set(c["resources"]["limits"]) == {"cpu", "memory"}
     # its results come back through its log, also when the run failed
-    assert "python -m stacks.k8s.jobresults pack /results" in c["command"][2]
+    assert "python -m harness.targets.k8s.jobresults pack /results" in c["command"][2]
     profile_cm = next(o for o in side.objects if o["metadata"]["name"] == pod["volumes"][0]["configMap"]["name"])
     assert yaml.safe_load(profile_cm["data"]["profile.yaml"]) == PROFILE.model_dump(mode="json")
 

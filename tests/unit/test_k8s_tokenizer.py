@@ -15,17 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from harness import gpus
 from harness.cli.main import main
 from harness.errors import LayerbenchError
+from harness.host import gpus
 from harness.load.prompts import NO_TOKENIZER, PromptGenerator
-from harness.profile import load_profile
+from harness.profile.schema import load_profile
+from harness.targets.k8s import probes
+from harness.targets.k8s.docker import command_problems, render_docker
+from harness.targets.k8s.plan import ClusterSettings
+from harness.targets.k8s.render import render_plan
 from stacks.base import DeploySettings, get_stack
-from stacks.endpoint import EndpointStack
-from stacks.k8s import probes
-from stacks.k8s.docker import command_problems, render_docker
-from stacks.k8s.plan import ClusterSettings
-from stacks.k8s.render import render_plan
+from stacks.base.endpoint import EndpointStack
 from stacks.sim import SimStack
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -161,9 +161,9 @@ def test_a_snapshot_without_its_tokenizer_fails_preflight_with_the_download_to_r
 
 
 def test_the_report_says_what_counted_and_flags_four_characters_a_token():
-    from harness.remote_compare import cluster_model
     from harness.reporting.report import decision
     from harness.schemas import AppliedConfig, CompareSummary, RunSummary
+    from harness.targets.remote_compare import cluster_model
 
     def summary(*notes: str | None) -> CompareSummary:
         runs = {label: RunSummary(run_id="t", label=label, stack="vllm", engine_version="0.32.0",

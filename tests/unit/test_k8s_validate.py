@@ -1,5 +1,5 @@
 """The three validators `--dry-run` runs on every rendered object each reject a wrong field: the Kubernetes
-API schema (kubernetes-validate, strict), the CRDs (stacks.crds), and the safety policy."""
+API schema (kubernetes-validate, strict), the CRDs (harness.targets.k8s.crds), and the safety policy."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import copy
 import pytest
 
 from harness.errors import LayerbenchError
-from harness.profile import load_profile
+from harness.profile.schema import load_profile
+from harness.targets.k8s.plan import ClusterSettings
+from harness.targets.k8s.render import render_plan
+from harness.targets.k8s.validate import builtin_problems, object_problems, plan_problems
 from stacks.base import DeploySettings, get_stack
-from stacks.k8s.plan import ClusterSettings
-from stacks.k8s.render import render_plan
-from stacks.k8s.validate import builtin_problems, object_problems, plan_problems
 
 RUN = "20261201-101010-compare-ray-abc123"
 PROFILE = load_profile("quick")

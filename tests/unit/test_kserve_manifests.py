@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from harness.errors import LayerbenchError
+from harness.targets.k8s.crds import validate
+from harness.targets.k8s.manifest_policy import check_manifest
 from stacks.base import DeploySettings
-from stacks.crds import validate
-from stacks.engine_env import engine_args, engine_kwargs
+from stacks.base.engine_env import engine_args, engine_kwargs
+from stacks.base.kserve_manifests import pod_process, render
 from stacks.kserve import KSERVE_VENV, KServeStack
-from stacks.kserve_manifests import pod_process, render
-from stacks.manifest_policy import check_manifest
 from stacks.vllm import VllmStack
 
 

@@ -23,7 +23,7 @@ from harness.analysis.kvcache import (
     read_model_shape,
     tokens_that_fit,
 )
-from harness.profile import EngineSettings
+from harness.profile.schema import EngineSettings
 from harness.schemas import AppliedConfig
 from stacks.base import DeploySettings, parse_startup_log
 
@@ -147,7 +147,7 @@ def test_block_rounding_and_concurrency_in_blocks():
 
 @pytest.mark.parametrize("gib", [0.4, 1.0, 1.5, 2.5, 3.6])
 def test_cpu_budget_matches_what_the_engine_is_given(gib):
-    from stacks.engine_env import engine_env
+    from stacks.base.engine_env import engine_env
 
     env = engine_env(DeploySettings(engine=EngineSettings(kv_cache_gib=gib)))
     assert cpu_kv_budget_bytes(gib) == int(env["VLLM_CPU_KVCACHE_SPACE"]) * 2**30

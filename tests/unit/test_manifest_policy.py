@@ -8,7 +8,7 @@ import copy
 import pytest
 import yaml
 
-from stacks.manifest_policy import check_manifest
+from harness.targets.k8s.manifest_policy import check_manifest
 
 LIMITED = {"limits": {"cpu": "2", "memory": "8Gi"}, "requests": {"cpu": "1", "memory": "4Gi"}}
 GPU = {"limits": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}}

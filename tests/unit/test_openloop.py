@@ -17,7 +17,7 @@ from harness.load.client import RequestRecord, StreamClient
 from harness.load.openloop import Pool, drive_open, run_rate_level, schedule
 from harness.load.prompts import PromptGenerator
 from harness.load.runner import run_level
-from harness.profile import SLO, load_profile
+from harness.profile.schema import SLO, load_profile
 from harness.reporting.run_report import health_warnings, level_rows
 from harness.results import new_run_id
 from harness.schemas import AppliedConfig, ClientHealth, Dist, LevelSummary, RunSummary, ServerLevelMetrics
@@ -238,7 +238,7 @@ def test_malformed_open_loop_profiles_are_refused(write_profile, fields, match):
 @pytest.mark.slow  # two sim-proxy deployments, a warmup sweep and two rates each (~15 s)
 def test_open_loop_compare_reports_rates(tmp_path, write_profile):
     from harness.cli.main import main
-    from harness.resume import ResumePlan
+    from harness.measure.resume import ResumePlan
     from harness.schemas import CompareSummary
 
     profile = write_profile(rates=[20, 60], arrival="constant", requests=20, output_tokens=8, input_tokens=32,

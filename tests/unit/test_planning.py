@@ -1,4 +1,4 @@
-"""A compare's plan from this host's noise (harness.planning) and the inputs that drive it: MDE=, BUDGET=,
+"""A compare's plan from this host's noise (harness.measure.planning) and the inputs that drive it: MDE=, BUDGET=,
 max_pairs, --anyway. Bad input is refused with one message and exit 2 before anything is deployed or written."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 
 from harness.analysis.verdict import components
 from harness.cli.main import main
-from harness.pairs import pair_order
-from harness.planning import Plan, detectable_share, make_plan, pair_seconds, pairs_for, step_sweep_s
-from harness.profile import load_profile
+from harness.measure.pairs import pair_order
+from harness.measure.planning import Plan, detectable_share, make_plan, pair_seconds, pairs_for, step_sweep_s
+from harness.profile.schema import load_profile
 from harness.schemas import AAReference, CompareSummary, Stopping
 
 
@@ -120,7 +120,7 @@ def test_a_profile_file_with_max_pairs_below_two_is_refused(write_profile, tmp_p
 
 
 def test_a_profile_that_names_its_pairs_keeps_a_fixed_design_and_the_default_is_sequential(write_profile):
-    from harness.profile import load_profile as load
+    from harness.profile.schema import load_profile as load
 
     assert load(str(write_profile(pairs=3))).stopping == "fixed"
     assert load(str(write_profile())).stopping == "sequential" == load_profile("quick").stopping
@@ -156,7 +156,7 @@ def test_a_fixed_pairs_request_is_not_planned(tmp_path, capsys):
 
 
 def test_the_side_caches_of_a_compare_are_its_own(tmp_path):
-    from stacks.engine_env import side_cache, side_start
+    from stacks.base.engine_env import side_cache, side_start
 
     assert side_cache("run-a", "baseline") != side_cache("run-a", "stack") != side_cache("run-b", "stack")
     assert side_start(0).startswith("cold") and side_start(1).startswith("warm")

@@ -13,9 +13,9 @@ import pytest
 
 from harness.analysis.samples import ttft_samples
 from harness.analysis.stats import level_stats
-from harness.compare import level_deltas
 from harness.load.client import RequestRecord
-from harness.profile import SLO
+from harness.procedures.compare import level_deltas
+from harness.profile.schema import SLO
 from harness.reporting.plots import GOODPUT_YLIM, plots, series, side_labels
 from harness.schemas import (
     AAReference,

@@ -54,8 +54,8 @@ def test_none_policy_scrapes_nothing(tmp_path, write_profile):
 
 
 def test_deployment_runs_at_the_priority_layerbench_started_with(tmp_path):
-    from harness.load import placement
-    from stacks.procs import ManagedProcess
+    from harness.host import placement
+    from stacks.base.procs import ManagedProcess
 
     before = os.getpriority(os.PRIO_PROCESS, 0)
     p = placement.apply(-5, 1)

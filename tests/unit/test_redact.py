@@ -186,7 +186,7 @@ def test_ray_teardown_scrubs_the_session_logs_it_keeps(tmp_path, monkeypatch):
     import shutil
 
     from stacks.base import DeploySettings
-    from stacks.procs import ManagedProcess
+    from stacks.base.procs import ManagedProcess
     from stacks.ray import RayStack
 
     s = token()

@@ -17,11 +17,11 @@ from harness.analysis.stats import level_stats
 from harness.load.client import RequestRecord, StreamClient
 from harness.load.prompts import PromptGenerator
 from harness.load.runner import run_level
-from harness.profile import SLO
+from harness.profile.schema import SLO
 from harness.results import new_run_id
 from harness.schemas import LevelStats
 from stacks.base import DeploySettings
-from stacks.procs import port_in_use
+from stacks.base.procs import port_in_use
 from stacks.refengine.metrics import VLLM_0_32_FAMILIES
 from stacks.sim import SimProxyStack, SimStack
 

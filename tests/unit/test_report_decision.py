@@ -1,6 +1,7 @@
 """The compare report's headline (harness/reporting/report.py decision), its capacity figures
 (harness/reporting/report_tables.py,
-harness/capacity.py of_levels), the terminal's short summary (harness/reporting/terminal.py) and the TTFT samples a
+harness/procedures/capacity.py of_levels), the terminal's short summary (harness/reporting/terminal.py) and the TTFT
+samples a
 report reads back (harness/analysis/samples.py), from small hand-built summaries whose figures are chosen so that each
 sentence can be checked exactly."""
 
@@ -14,9 +15,9 @@ import pytest
 from rich.console import Console
 
 from harness.analysis.samples import ttft_samples
-from harness.capacity import of_levels
-from harness.compare import level_deltas
-from harness.profile import SLO
+from harness.procedures.capacity import of_levels
+from harness.procedures.compare import level_deltas
+from harness.profile.schema import SLO
 from harness.reporting.report import decision
 from harness.reporting.report_tables import capacities, capacity_table, capacity_text, slo_text
 from harness.reporting.terminal import compare_summary

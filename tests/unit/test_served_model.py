@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from harness import gpus
 from harness.errors import LayerbenchError
-from harness.models import STUDY_MODEL
-from harness.profile import EngineSettings
+from harness.host import gpus
+from harness.profile.models import STUDY_MODEL
+from harness.profile.schema import EngineSettings
 from stacks.base import MODEL_DIR, DeploySettings, parse_startup_log
-from stacks.engine_model import check_fits, resolve, study_comparable
+from stacks.base.engine_model import check_fits, resolve, study_comparable
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -140,7 +140,7 @@ def test_the_engine_config_line_names_model_revision_and_tensor_parallelism():
 
 def test_deploy_settings_carry_the_devices_into_every_stacks_environment(hf_cache):
     from stacks.base import get_stack
-    from stacks.engine_env import engine_env
+    from stacks.base.engine_env import engine_env
 
     m = resolve(EngineSettings(model=REPO), None, [])
     settings = DeploySettings(engine=EngineSettings(model=REPO, tensor_parallel_size=2), model=m, model_path=m.path,

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 from rich.console import Console
 
 from harness.errors import LayerbenchError
+from harness.measure.session import baseline_then_stack
 from harness.schemas import AppliedConfig, RunSummary
-from harness.session import baseline_then_stack
 
 
 def summary(label: str) -> RunSummary:

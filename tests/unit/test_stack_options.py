@@ -84,7 +84,7 @@ def test_allowed_options_come_from_the_models():
 
 
 def test_cli_refuses_a_bad_option_before_anything_is_deployed(tmp_path, capsys, monkeypatch):
-    from stacks.procs import ManagedProcess
+    from stacks.base.procs import ManagedProcess
 
     started: list[str] = []
     monkeypatch.setattr(ManagedProcess, "start", lambda self: started.append(self.name))

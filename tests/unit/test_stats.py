@@ -3,7 +3,7 @@ import pytest
 
 from harness.analysis.stats import is_good, level_stats, tpot
 from harness.load.client import RequestRecord
-from harness.profile import SLO
+from harness.profile.schema import SLO
 from harness.schemas import Dist
 
 MS = 1_000_000

@@ -16,14 +16,14 @@ from harness.analysis.audit import audit_from_scrapes
 from harness.analysis.server_metrics import summarise
 from harness.errors import LayerbenchError
 from harness.load.triton_client import TritonStreamClient
-from harness.models import STUDY_MODEL
-from harness.profile import EngineSettings, load_profile
-from harness.remote_run import skeleton
+from harness.profile.models import STUDY_MODEL
+from harness.profile.schema import EngineSettings, load_profile
 from harness.reporting.report import _published
-from stacks import triton, triton_repo
-from stacks.base import DeploySettings
-from stacks.engine_env import engine_args
-from stacks.procs import ManagedProcess
+from harness.targets.remote_run import skeleton
+from stacks import triton
+from stacks.base import DeploySettings, triton_repo
+from stacks.base.engine_env import engine_args
+from stacks.base.procs import ManagedProcess
 from stacks.triton import TritonStack
 from stacks.vllm import VllmStack
 
@@ -233,8 +233,8 @@ def test_the_client_asks_for_the_counts_nvidias_backend_sends_only_on_request():
 def test_the_remote_forms_serve_the_backend_the_report_names(tmp_path, target):
     # the report says NVIDIA's image serves its own vLLM backend there (and sets the study beside the run): the
     # rendered repository must name that backend and ship no model.py of ours
-    from stacks.k8s.plan import ClusterSettings
-    from stacks.k8s.render_triton import repository_files
+    from harness.targets.k8s.plan import ClusterSettings
+    from harness.targets.k8s.render_triton import repository_files
 
     stack = TritonStack(settings(tmp_path, target=target))
     cs = ClusterSettings(model="Qwen/Qwen2.5-0.5B-Instruct", model_revision="7ae557604adf67be50417f59c2c2f167def9a775")

@@ -12,7 +12,7 @@ import pytest
 
 from harness.cli.main import main
 from harness.errors import LayerbenchError
-from harness.variants import parse_values
+from harness.procedures.variants import parse_values
 
 
 def host_aa(results: Path, profile: str = "t") -> None:

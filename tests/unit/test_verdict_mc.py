@@ -16,7 +16,7 @@ import pytest
 from scipy import stats as st
 
 from harness.analysis.verdict import components, judge, pct
-from harness.pairs import pair_order
+from harness.measure.pairs import pair_order
 
 SETTINGS = {"gpu-like": (0.003, 0.003, 3), "mid": (0.05, 0.03, 8), "cpu": (0.12, 0.09, 4)}  # sigma_D, sigma_w, K
 N, LEVELS = 400, 3

@@ -9,11 +9,11 @@ import json
 import pytest
 
 from harness.errors import LayerbenchError
-from harness.profile import load_profile
+from harness.profile.schema import load_profile
+from harness.targets.k8s.plan import ClusterSettings
+from harness.targets.k8s.render import render_plan
+from harness.targets.k8s.validate import plan_problems
 from stacks.base import DeploySettings, get_stack
-from stacks.k8s.plan import ClusterSettings
-from stacks.k8s.render import render_plan
-from stacks.k8s.validate import plan_problems
 
 RUN = "20261201-101010-compare-vllm-router-abc123"
 PROFILE = load_profile("quick")

@@ -13,8 +13,8 @@ from harness.cli.main import main
 from harness.errors import LayerbenchError
 from harness.load.datasets import load_dataset
 from harness.load.prompts import PromptGenerator
-from harness.profile import LoadProfile
-from harness.workload import Lognormal, PrefixGroups, Uniform
+from harness.profile.schema import LoadProfile
+from harness.profile.workload import Lognormal, PrefixGroups, Uniform
 
 LOGNORMAL = {"lognormal": {"mean": 96, "sigma": 0.6, "max": 400}}
 
@@ -179,7 +179,7 @@ def test_the_profile_names_its_shape():
 
 
 def test_a_study_is_set_beside_a_run_only_at_its_shape(write_profile):
-    from harness.profile import load_profile
+    from harness.profile.schema import load_profile
 
     assert load_profile("gpu-like").builtin_shaped()
     assert not load_profile("gpu-like").model_copy(update={"input_tokens": 2048}).builtin_shaped()

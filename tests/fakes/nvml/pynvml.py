@@ -76,7 +76,7 @@ def nvmlSystemGetCudaDriverVersion() -> int:
     return int(_need().get("cuda", 12080))
 
 
-def nvmlSystemGetCudaDriverVersion_v2() -> int:  # the same answer under the name harness/driver.py asks first
+def nvmlSystemGetCudaDriverVersion_v2() -> int:  # the same answer under the name harness/host/driver.py asks first
     return nvmlSystemGetCudaDriverVersion()
 
 

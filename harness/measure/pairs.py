@@ -1,0 +1,144 @@
+"""A compare's deployments: K pairs of a baseline and a stack, in counterbalanced order (AB, BA, BA, AB, then
+again), each deployment fresh (its own ports and log folder) and torn down and verified gone before the next.
+
+Why: on a shared host a whole deployment runs faster or slower than the next for its whole life (measured here
+on the 2-core CPU host: about 12-17% at c <= 8, where its processes land on the cores), and the host drifts.
+Windows inside one deployment cannot see the first, and a baseline always measured first mixes the second into
+the layer's cost. So the deployment is the unit of replication, and the order is balanced so that a linear drift
+cancels in the estimate (harness.analysis.verdict.balanced_mean). One sweep per deployment is the cheapest design when a
+deployment's start costs about as much as a sweep (Kalibera & Jones, "Rigorous benchmarking in reasonable time",
+2013)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from rich.console import Console
+
+from harness.analysis.audit import live_facts, refresh_logs
+from harness.errors import LayerbenchError
+from harness.load.gpu_telemetry import VramGuard
+from harness.measure.resume import ResumePlan, ResumeRefused
+from harness.measure.session import Sides, deploy_and_measure, last_released
+from harness.measure.sweep import summary_file
+from harness.profile.schema import LoadProfile
+from harness.results import RunWriter
+from harness.schemas import RunSummary
+from stacks.base import Stack
+from stacks.base.engine_env import remove_cache, side_cache, side_start
+
+ORDER = (1, -1, -1, 1)  # +1: the pair's baseline is deployed first (ABBA, then BAAB, ...)
+
+
+def pair_order(pairs: int) -> list[int]:
+    return [ORDER[k % len(ORDER)] for k in range(pairs)]
+
+
+def pair_targets(stack: Stack, k: int) -> tuple[Stack, Stack]:
+    """Pair k's fresh deployments, baseline and stack, each with its own ports and log folder."""
+    logs = stack.settings.log_dir / f"pair{k + 1}"
+    s, b = stack.again(logs / "stack"), stack.again(logs / "baseline").baseline()
+    if b is None:
+        raise LayerbenchError(f"stack {stack.kind} names no baseline")
+    return b, s
+
+
+def schedule(stack: Stack, pairs: int) -> list[tuple[str, int, Stack]]:
+    """(side, pair, a fresh deployment) in the order they run."""
+    out: list[tuple[str, int, Stack]] = []
+    for k, first in enumerate(pair_order(pairs)):
+        b, s = pair_targets(stack, k)
+        both = [("baseline", k, b), ("stack", k, s)]
+        out += both if first > 0 else both[::-1]
+    return out
+
+
+def with_side_cache(target: Stack, root: Path, pair: int) -> Stack:
+    """Give the deployment's vLLM (behind a front, where there is one) its side's compile cache for this compare
+    (stacks.base.engine_env.side_cache): kept across the side's deployments, removed at the compare's end."""
+    for t in (target, getattr(target, "engine", None)):
+        if t is not None and hasattr(t, "engine_cache"):
+            t.engine_cache, t.keep_cache, t.engine_start = root, True, side_start(pair)
+    return target
+
+
+def measure_pairs(stack: Stack, pairs: int, profile: LoadProfile, writer: RunWriter, console: Console,
+                  repeats: int, plan: ResumePlan | None = None,
+                  after_side: Callable[[Sides], None] | None = None,
+                  after_pair: Callable[[Sides, int], bool] | None = None) -> Sides:
+    """Every deployment of `schedule(stack, pairs)`, each side's windows accumulating in one RunSummary (window
+    `repeat` numbers run on across pairs; LevelSummary.pair says which pair). A GPU-like engine's first
+    deployment calibrates the levels this host can emulate (harness.analysis.calibrate); the rest measure only those.
+    A baseline deployment that fails stops the compare; a stack deployment that fails is recorded, what was
+    measured is kept, and no further deployment is made (nothing more could be paired). after_pair(sides, k): called
+    once the k-th pair has both sides measured; True stops the compare there (a sequential compare's look)."""
+    try:
+        return _measure(stack, pairs, profile, writer, console, repeats, plan, after_side, after_pair)
+    finally:
+        for side in ("baseline", "stack"):
+            remove_cache(side_cache(writer.run_id, side))
+
+
+def _measure(stack: Stack, pairs: int, profile: LoadProfile, writer: RunWriter, console: Console, repeats: int,
+             plan: ResumePlan | None, after_side: Callable[[Sides], None] | None,
+             after_pair: Callable[[Sides, int], bool] | None) -> Sides:
+    out = Sides()
+    invocation = plan.invocation if plan else 0
+    guard = VramGuard(list(stack.settings.devices))
+    previous: str | None = None
+    interrupted: str | None = None
+    if plan is not None and (cal := getattr(plan.prior.get("baseline"), "calibration", None)) and cal.left_out:
+        profile = profile.with_levels(cal.kept)
+    sides_done: dict[int, int] = {}
+    for label, pair, target in schedule(stack, pairs):
+        prior = out.runs.get(label) or (plan.prior.get(label) if plan else None)
+        sides_done[pair] = sides_done.get(pair, 0) + 1
+        if plan is not None and prior is not None and plan.deployment_done(label, pair, repeats):
+            console.print(f"{label} {target.kind} pair {pair + 1}: measured before; not deployed again")
+            out.runs[label] = prior
+            continue
+        if out.failures:  # the stack failed: nothing more can be paired
+            break
+        with_side_cache(target, side_cache(writer.run_id, label), pair)
+        calibrate = (pair == 0 and label == "baseline" and profile.engine.step is not None
+                     and (prior is None or prior.calibration is None))
+        try:
+            if previous is not None:
+                guard.wait_released(previous)
+            previous = f"{label} {target.kind} pair {pair + 1}"
+            most = f"at most {pairs}" if after_pair is not None else f"{pairs}"
+            console.print(f"[bold]pair {pair + 1} of {most}: {label} {target.kind}[/]")
+            with target:
+                run = deploy_and_measure(target, profile, writer, label, console, repeats, prior, invocation,
+                                         pair=pair if pairs > 1 else None, calibrate=calibrate)
+                out.runs[label] = run
+                out.live[label] = live_facts(target)
+            refresh_logs(out.live[label], target)
+            if run.calibration is not None and run.calibration.left_out:
+                profile = profile.with_levels(run.calibration.kept)
+        except KeyboardInterrupt:
+            interrupted = label
+            raise
+        except ResumeRefused:
+            raise
+        except LayerbenchError as e:
+            out.failures[label] = f"pair {pair + 1}: {e}"
+            if label == "baseline":
+                raise LayerbenchError(f"baseline {target.kind} failed in pair {pair + 1}: {e}") from None
+            console.print(f"[red]{label} {target.kind} failed in pair {pair + 1}:[/] {e}")
+        finally:
+            partial = writer.dir / summary_file(label, target.kind)
+            if partial.exists() and (label not in out.runs or label in out.failures):
+                out.runs[label] = RunSummary.model_validate_json(partial.read_text())
+            if label in out.runs:
+                out.runs[label].status = ("failed" if label in out.failures else
+                                          "interrupted" if interrupted == label else "running")
+            if after_side is not None:
+                after_side(out)
+        if sides_done[pair] == 2 and not out.failures and after_pair is not None and after_pair(out, pair + 1):
+            break
+    for label, run in out.runs.items():
+        if label not in out.failures:
+            run.status = "complete"
+    return last_released(guard, previous, out)

@@ -1,0 +1,220 @@
+"""A layer against its version-matched bare vLLM, K deployment pairs of them in counterbalanced order
+(harness.measure.pairs: AB, BA, BA, AB, ...; one at a time, as on a host with one accelerator: each deployment is torn
+down and verified freed before the next starts), the same profile with fresh unique prefixes. Per level: the
+verdicts of throughput, goodput and TTFT p95 with their intervals (harness.analysis.deltas, harness.analysis.verdict),
+each side's
+means, whether it was steady, and where the CPU went, process by process. `compare --stack vllm` is the A/A run:
+bare vLLM against bare vLLM, this host's noise for the profile; every later compare of the profile pools its
+variance in and is floored at it."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from harness.analysis.audit import audit_from_scrapes
+from harness.analysis.deltas import client_bound, judged_levels, level_deltas
+from harness.analysis.emulation import stretched_levels
+from harness.analysis.judging import instability
+from harness.analysis.sequential import Looks
+from harness.errors import LayerbenchError
+from harness.measure.pairs import measure_pairs, pair_order
+from harness.measure.planning import Plan
+from harness.measure.resume import ResumePlan, ResumeRefused
+from harness.measure.session import Sides
+from harness.measure.stopping import SequentialStop, start_times
+from harness.profile.schema import LoadProfile
+from harness.results import RunWriter, read_jsonl
+from harness.schemas import (
+    AAReference,
+    AppliedConfig,
+    CompareSummary,
+    LevelDelta,
+    ServedModel,
+)
+from stacks.base import Stack
+from stacks.base.engine_frontend import frontend_note
+from stacks.base.engine_model import study_comparable
+
+__all__ = ["AAReference", "CompareSummary", "LevelDelta", "level_deltas", "latest_aa", "run_compare", "settle"]
+
+
+def latest_aa(results: Path, profile: str, exclude: str | None = None,
+              deployments: str = "sequential") -> AAReference | None:
+    """The latest complete A/A of the profile measured with the same design (an interleaved pair's noise is not a
+    sequential one's)."""
+    for path in sorted(results.glob("*compare-vllm*/compare.json"), reverse=True):
+        if path.parent.name == exclude:
+            continue
+        try:
+            s = CompareSummary.model_validate_json(path.read_text())
+        except ValueError:
+            continue  # written by another version of layerbench
+        if s.status == "complete" and s.profile == profile and s.stack == "vllm" and s.deployments == deployments:
+            return AAReference(run_id=s.run_id, levels={lv.level: (
+                lv.delta_pct, lv.ci.half_width_pct if lv.ci else None, lv.verdict) for lv in s.levels},
+                components=s.components, pairs=s.pairs)
+    return None
+
+
+HARNESS_BENCH = Path("reports/harness/harness-bench.json")  # written by `make bench-harness`
+
+
+def observer_effect(policy: str, path: Path = HARNESS_BENCH) -> str | None:
+    """What the observer benchmark measured for this scrape policy on this host, in one sentence."""
+    try:
+        return json.loads(path.read_text())["observer_effect"]["policies"][policy]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def settings_diff(a: AppliedConfig, b: AppliedConfig) -> list[str]:
+    """Engine settings both deployments must have applied identically (from /v1/models and the engine log)."""
+    diffs = []
+    for field in ("max_model_len", "kv_cache_tokens", "max_concurrency", "tensor_parallel_size"):
+        va, vb = getattr(a, field), getattr(b, field)
+        if field == "tensor_parallel_size" and va is None and vb is None:
+            continue  # neither engine prints vLLM's config line (the reference engine): nothing to hold against
+        if va is None or vb is None:
+            diffs.append(f"{field}: not found ({'baseline' if va is None else 'stack'})")
+        elif va != vb:
+            diffs.append(f"{field}: baseline {va} vs stack {vb}")
+    return diffs
+
+
+def model_diff(model: ServedModel | None, applied: dict[str, AppliedConfig]) -> list[str]:
+    """Each side that reported loading other files than the resolved model (from its engine's config line). A
+    directory that is not on this host and not an HF-cache snapshot (a pod's /mnt/models, where KServe's storage
+    initializer put the model's storageUri) cannot be told apart, so it is not held against the side."""
+    if model is None:
+        return []
+
+    def unknowable(path: str) -> bool:
+        return path.startswith("/") and "models--" not in path and not Path(path).exists()
+
+    return [f"model: {label} loaded {a.model}" + (f" @ {a.revision}" if a.revision else "")
+            + f", not {model.text()}" for label, a in applied.items()
+            if a.model is not None and not unknowable(a.model) and not model.same_files(a.model, a.revision)]
+
+
+def _gpu_host() -> dict | None:
+    from harness.host.gpus import host_gpus
+
+    host = host_gpus()
+    return host.to_json() if host else None
+
+
+def check_versions(baseline: Stack, stack: Stack, allow_mismatch: bool) -> dict[str, str]:
+    versions = {"baseline": baseline.engine_version(), "stack": stack.engine_version()}
+    if versions["baseline"] != versions["stack"] and not allow_mismatch:
+        raise LayerbenchError(
+            f"engine versions differ: baseline vLLM {versions['baseline']} vs {stack.kind} vLLM {versions['stack']}. "
+            "A layer's cost would be mixed with the engine's; pass --allow-version-mismatch to compare anyway"
+        )
+    return versions
+
+
+def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: Console, repeats: int,
+                allow_mismatch: bool, plan: ResumePlan | None = None,
+                placement: dict | None = None, pairs_plan: Plan | None = None) -> CompareSummary:
+    """Deployment pairs in counterbalanced order (harness.measure.pairs), and the verdicts between them:
+    profile.pairs of
+    them (stopping: fixed), or, with pairs_plan (stopping: sequential), pairs added until every level is decided
+    or the budget or max_pairs is spent (harness.measure.stopping). plan: a resumed compare; a deployment it measured
+    completely is not made again, the one it stopped in continues after its last complete level."""
+    baseline = stack.baseline()
+    if baseline is None:
+        raise LayerbenchError(f"stack {stack.kind} names no baseline")
+    versions = check_versions(baseline, stack, allow_mismatch)
+    for label, run in (plan.prior.items() if plan else ()):  # before anything is deployed again
+        if versions[label] != run.engine_version:
+            raise ResumeRefused(f"cannot resume: the {label}'s engine is now version {versions[label]}, the first "
+                                f"invocation measured {run.engine_version}")
+    study = study_comparable(profile.name, stack.settings.model) and profile.builtin_shaped()
+    summary = CompareSummary(
+        run_id=writer.run_id, stack=stack.kind, baseline_stack=baseline.kind, in_request_path=stack.in_request_path,
+        renames=stack.metric_aliases(), metricless=stack.metricless_endpoints(),
+        shape=stack.shape(), published=stack.published() if study else None, model=stack.settings.model,
+        devices=list(stack.settings.devices), gpu_host=_gpu_host(),
+        profile=profile.name, repeats=repeats, pairs=profile.pairs, deployments=profile.deployments,
+        order=pair_order(profile.pairs) if profile.deployments == "sequential" else [0] * profile.pairs,
+        margin=profile.equivalence_margin, ttft_margin=profile.ttft_margin, versions=versions,
+        version_match=versions["baseline"] == versions["stack"],
+        applied={}, settings_match=False, settings_mismatches=[], options=dict(stack.settings.options),
+        frontend=frontend_note(baseline, stack, stack.settings.engine.frontend),
+        scrape_policy=profile.scrape, slo=profile.slo, invocations=(plan.invocation if plan else 0) + 1,
+        emulated_step=profile.engine.step, aa=latest_aa(writer.dir.parent, profile.name, exclude=writer.run_id,
+                                                              deployments=profile.deployments),
+    )
+
+    def keep(measured: Sides) -> None:
+        summary.runs, summary.failures = dict(measured.runs), dict(measured.failures)
+        for label, run in measured.runs.items():
+            if label not in measured.failures:
+                summary.applied[label] = run.applied
+                summary.versions[label] = run.engine_version  # the live answer beats the declared one
+        summary.status = "failed" if "baseline" in measured.failures else summary.status
+        writer.write_json("compare.json", summary.model_dump())
+
+    t0 = time.monotonic()
+    live: dict = {}
+
+    def judge_at(looks: Looks | None) -> None:
+        settle(summary, profile, read_jsonl(writer.dir / "scrapes.jsonl"), live, stack.observability_note(),
+               allow_mismatch, looks)
+
+    stop = SequentialStop(summary, pairs_plan, writer, console, judge_at) if pairs_plan is not None else None
+    if profile.deployments == "interleaved":
+        from harness.measure.interleave import measure_interleaved
+
+        measured = measure_interleaved(stack, profile.pairs, profile, writer, console, repeats, plan, after_side=keep)
+    else:
+        most = pairs_plan.max_pairs if pairs_plan is not None else profile.pairs
+        if pairs_plan is not None:
+            summary.pairs, summary.order = most, pair_order(most)
+        measured = measure_pairs(stack, most, profile, writer, console, repeats, plan, after_side=keep,
+                                 after_pair=stop)
+    keep(measured)
+    live.update(measured.live)
+    judge_at(stop.last if stop is not None else None)
+    if stop is not None and stop.state.looks:
+        summary.pairs = stop.state.looks[-1]
+        summary.order = pair_order(summary.pairs)
+    summary.start_s = start_times(writer)
+    summary.wall_s = time.monotonic() - t0
+    if placement is not None:  # harness.measure.session.place(profile), as run.json records it
+        summary.placement, summary.host_cores = placement["sentence"], placement["host_cores"]
+    summary.observer_effect = observer_effect(profile.scrape)
+    writer.write_json("compare.json", summary.model_dump())
+    return summary
+
+
+def settle(summary: CompareSummary, profile: LoadProfile, scrapes: list[dict], live: dict,
+           note: str | None, allow_mismatch: bool, looks: Looks | None = None) -> CompareSummary:
+    """Everything a compare concludes once both sides' runs are in `summary.runs` (measured here, or unpacked
+    from a cluster's load Jobs): versions, settings, the per-level deltas, the audit and the status."""
+    summary.version_match = summary.versions.get("baseline") == summary.versions.get("stack")
+    if not summary.version_match and not allow_mismatch:
+        summary.failures["versions"] = f"live versions differ: {summary.versions}"
+    if "baseline" in summary.applied and "stack" in summary.applied:
+        summary.settings_mismatches = settings_diff(summary.applied["baseline"], summary.applied["stack"]) \
+            + model_diff(summary.model, summary.applied)
+        summary.settings_match = not summary.settings_mismatches
+    base, stack = summary.runs.get("baseline"), summary.runs.get("stack")
+    calibration = base.calibration if base else None
+    summary.left_out = dict(calibration.left_out) if calibration else {}
+    levels = [c for c in profile.levels() if c not in summary.left_out]
+    no_verdict = {**client_bound(base, stack), **{c: ("host-bound", "no verdict: this host stretched the emulated "
+                  "step here (the emulation table), so the level measures the host, not the emulated GPU")
+                  for c in stretched_levels(summary)}}
+    summary.levels, summary.components = judged_levels(
+        base, stack, levels, profile.open_loop, order=summary.order or pair_order(summary.pairs),  # 0: interleaved
+        host=summary.aa.components if summary.aa else {}, margin=summary.margin, no_verdict=no_verdict,
+        looks=looks, ttft_margin=summary.ttft_margin)
+    summary.instability = instability(base, stack, [lv.level for lv in summary.levels if lv.judged])
+    summary.audit = audit_from_scrapes(scrapes, live, summary.stack, summary.renames or (), note, summary.metricless)
+    summary.status = "failed" if summary.failures else "complete"
+    return summary

@@ -1,0 +1,398 @@
+"""Load profiles: what load to send (levels, request counts, token lengths, SLOs) and the engine settings
+both deployments of a compare must share. Built-in profiles live in harness/profiles/*.yaml.
+
+A profile is closed-loop (levels are `concurrency`: exactly c requests in flight) unless it sets `rates`: then
+it is open-loop, its levels are offered request rates (req/s) and requests are sent on a schedule of `arrival`
+gaps (harness/load/openloop.py) whatever the server does."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from harness.errors import LayerbenchError
+from harness.profile.models import model_kind
+from harness.profile.workload import Length, PrefixGroups, Sessions, Uniform, bounds, describe
+
+PROFILE_DIR = Path(__file__).resolve().parent.parent / "profiles"
+# requests per half of a window's stationarity check (harness.analysis.steady): fewer say nothing of a median
+MIN_HALF = 10
+
+IDLE_CORES = 0.02  # interleaved compare: the idle side's CPU during a window above which it is measured again
+CLIENT_PROCS_MAX = 16  # load client processes per side, at most
+SHARED_GPU_MEMORY = 0.45  # interleaved compare on shared GPUs: each side's gpu_memory_utilization at most
+
+
+def min_requests() -> int:
+    """The fewest requests a level may send: two halves the stationarity check can compare."""
+    return 2 * MIN_HALF
+
+# strict: an int field takes only a YAML integer (lax mode read `concurrency: [true]` as c=1 and "100" as 100);
+# float fields still take integers. No inf/nan: `.inf` for a duration would make a level run forever.
+_STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+class SLO(BaseModel):
+    """A request is good when it succeeded and met every set bound (seconds)."""
+
+    model_config = _STRICT
+    ttft_s: float = Field(0.5, gt=0)
+    e2e_s: float = Field(10.0, gt=0)
+    itl_p95_s: float | None = Field(None, gt=0)
+    tpot_s: float | None = Field(None, gt=0)
+
+
+class EmulatedStep(BaseModel):
+    """The GPU-like engine's step time (engine.model: gpu-like): the model computes, then sleeps until the step
+    has taken base_ms + decode_ms_per_token × decoding sequences + prefill_ms_per_token × prompt tokens in it."""
+
+    model_config = _STRICT
+    base_ms: float = Field(gt=0, le=10_000, description="a step's fixed cost (a GPU reading the weights once)")
+    decode_ms_per_token: float = Field(ge=0, le=1_000, description="added per sequence decoding in the step")
+    prefill_ms_per_token: float = Field(ge=0, le=1_000, description="added per prompt token prefilled in the step")
+    like: str = Field("", description="what these figures emulate, for the report's first line")
+
+    def ms(self, decode: float, prefill: float = 0.0) -> float:
+        return self.base_ms + self.decode_ms_per_token * decode + self.prefill_ms_per_token * prefill
+
+    def text(self) -> str:
+        return (f"{self.base_ms:g} ms per step + {self.decode_ms_per_token:g} ms per decoding sequence + "
+                f"{self.prefill_ms_per_token:g} ms per prompt token")
+
+
+class EngineSettings(BaseModel):
+    """vLLM settings applied identically to a stack and to its baseline."""
+
+    model_config = _STRICT
+    model: str = Field(
+        "auto", description="auto: the layer study's Qwen2.5-1.5B-Instruct on a GPU host; on a host without one, "
+        "the GPU-like engine when `step` is given, else the tiny model; tiny: the generated 2-layer Qwen2, "
+        "computed on this host's CPU; gpu-like: the same model whose step then sleeps for `step` (the CPU is left "
+        "free, as a worker waiting on its GPU leaves it); a "
+        "Hugging Face repo id (org/name, with `revision`); or a local model directory")
+    revision: str | None = Field(None, min_length=1, description="a repo id's branch, tag or commit (default: "
+                                 "main); the commit it resolves to is recorded")
+    step: EmulatedStep | None = Field(None, description="gpu-like only: the emulated step time")
+    tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs one engine shards the model over, on "
+                                      "both sides")
+    gpus: list[int] | None = Field(None, description="GPU indices (nvidia-smi's) each deployment may use, the same "
+                                   "for both sides (default: the first tensor_parallel_size visible ones)")
+    max_model_len: int = Field(2048, gt=0)
+    max_num_seqs: int = Field(64, gt=0)
+    dtype: Literal["auto", "bfloat16", "float16", "float32", "fastest"] = Field(
+        "bfloat16", description="fastest: gpu-like only, whichever of bfloat16 and float32 this host's CPU computes "
+        "fastest, measured before deploying (a CPU without AVX-512 runs bfloat16 several times slower)")
+    enforce_eager: bool = False
+    kv_cache_gib: float = Field(1.0, gt=0, description="VLLM_CPU_KVCACHE_SPACE on CPU hosts")
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
+    enable_prefix_caching: bool = True
+    kv_cache_dtype: str = Field("auto", min_length=1, description="vLLM's --kv-cache-dtype (auto: the model's "
+                                "dtype; fp8 halves the KV bytes per token where the engine supports it)")
+    extra_args: list[str] = Field(default_factory=list)
+    frontend: Literal["python", "rust"] | None = Field(
+        None, description="bare vLLM's API server, the same on both sides: python (its OpenAI server) or rust "
+        "(VLLM_USE_RUST_FRONTEND=1, started as `vllm serve`: stacks/base/engine_frontend.py); default: the variable "
+        "left unset, vLLM's own default (the Python server in vLLM 0.32). A layer that runs the engine in a server "
+        "of its own (Ray, Triton, KServe inprocess) replaces it; the report says so")
+    dtype_measured: str | None = Field(None, description="set by layerbench: how `dtype: fastest` was chosen")
+
+    @field_validator("model")
+    @classmethod
+    def _model_form(cls, v: str) -> str:
+        model_kind(v)
+        return v
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpu_indices(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and (not v or any(g < 0 for g in v)):
+            raise ValueError("gpus must be a non-empty list of GPU indices (0, 1, ...), as nvidia-smi -L numbers them")
+        return v
+
+    def on_host(self, has_gpu: bool) -> EngineSettings:
+        """`auto` with a `step` decided for the host: the GPU-like engine where there is no NVIDIA GPU, the study's
+        model (the step dropped) where there is one. Anything else is returned as it is."""
+        if self.model != "auto" or self.step is None:
+            return self
+        if not has_gpu:
+            return self.model_copy(update={"model": "gpu-like"})
+        return self.model_copy(update={"step": None, "dtype": "auto" if self.dtype == "fastest" else self.dtype})
+
+    @model_validator(mode="after")
+    def _step_with_its_model(self) -> EngineSettings:
+        if self.model == "gpu-like" and self.step is None:
+            raise ValueError("engine.model gpu-like needs engine.step (base_ms, decode_ms_per_token, "
+                             "prefill_ms_per_token): the step time it emulates")
+        if self.model not in ("gpu-like", "auto") and self.step is not None:
+            raise ValueError("engine.step applies to engine.model: gpu-like (or auto: the GPU-like engine where the "
+                             "host has no NVIDIA GPU) only")
+        if self.dtype == "fastest" and self.step is None:
+            raise ValueError("engine.dtype fastest applies to engine.model: gpu-like only")
+        if self.revision is not None and model_kind(self.model) != "hub":
+            raise ValueError(f"engine.revision applies to a Hugging Face repo id, not engine.model {self.model!r}")
+        return self
+
+
+class LoadProfile(BaseModel):
+    model_config = _STRICT
+
+    name: str
+    concurrency: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64])
+    requests: int = Field(100, gt=0, description="minimum measured requests per level")
+    requests_per_concurrency: int = Field(
+        8, ge=0, description="a level sends at least this many requests per concurrent slot"
+    )
+    min_duration_s: float = Field(0.0, ge=0, description="a level keeps sending until this long has passed")
+    warmup_waves: int = Field(1, ge=0)
+    input_tokens: Length = Field(128, description="prompt tokens: a number above 16 (the unique prefix takes 16), "
+                                 "{uniform: [lo, hi]}, {lognormal: {mean, sigma, max}}, or dataset (its prompts)")
+    output_tokens: Length = Field(64, description="max_tokens of each request (ignore_eos makes it the output): a "
+                                  "number above 1, uniform, lognormal, or dataset (the dataset's answers' lengths)")
+    dataset: str | None = Field(None, min_length=1, description="a ShareGPT JSON file or a JSONL of {prompt, "
+                                "output_tokens}: the requests' prompts, sampled by the run's seed")
+    prefix: PrefixGroups | None = Field(None, description="shared-prefix groups: {groups: G, shared_tokens: P}; "
+                                        "default: every prompt begins with a block of its own")
+    sessions: Sessions | None = Field(None, description="multi-turn chats {turns: T, think_time_s: X}: a level's "
+                                      "concurrency counts chats in flight, each turn sending the conversation so far")
+    api: Literal["completions", "chat"] = "completions"
+    ignore_eos: bool = True
+    request_timeout_s: float = Field(120.0, gt=0)
+    scrape: Literal["boundary", "interval", "none"] = Field(
+        "boundary", description="boundary: every metric endpoint is read just before and just after each measured "
+        "window, never during it (the default: a 2 s poll of vLLM's /metrics moved its TTFT p50 5x on a 2-core "
+        "host); interval: also every scrape_interval_s during the window (seed 000's time series of waiting "
+        "requests and KV-cache usage; its cost lands in the measured figures); none: no scraping")
+    scrape_interval_s: float = Field(2.0, gt=0)
+    warmup_sweep: bool | None = Field(
+        None, description="one unmeasured wave at every level before the first measured level, so a compiled "
+        "engine has seen every batch shape; default: on unless engine.enforce_eager")
+    client_nice: int = Field(-5, ge=-20, le=19, description="scheduling priority of the load client and scraper; "
+                             "the deployment keeps the priority layerbench was started with")
+    client_cpus: int = Field(1, ge=0, description="cores reserved for the load client and scraper, the deployment "
+                             "gets the rest; applied only on hosts with at least client_cpus + 2 cores")
+    client_procs: int | Literal["auto"] = Field(
+        "auto", description="load client processes per side, a level's slots (or rate) split between them; auto: "
+        "per level, as many as keep each under half a core at the events per second expected there, within the "
+        "cores reserved for the client (client_cpus); 1 on a host with no core reserved for it")
+    pairs: int = Field(2, ge=1, le=64, description="compare: deployment pairs (a baseline and a stack each), run in "
+                       "counterbalanced order (AB, BA, BA, AB, ...); the deployment is the unit of replication, "
+                       "since on a shared host a whole deployment runs faster or slower than the next")
+    stopping: Literal["sequential", "fixed"] = Field(
+        "sequential", description="compare: sequential: pairs are added until every judged level and endpoint is "
+        "decided (overhead, gain, or equivalent within the margin), or `max_pairs` or `budget_min` is reached, each "
+        "look at a group-sequential boundary (harness.analysis.sequential); fixed: exactly `pairs` pairs. A profile "
+        "that sets `pairs` and not `stopping` is fixed, as before")
+    max_pairs: int = Field(8, ge=2, le=64, description="compare, sequential: the most deployment pairs")
+    budget_min: float | None = Field(None, gt=0, description="compare, sequential: wall minutes the compare may "
+                                     "take, deployments' starts included; a pair that would end past it is not "
+                                     "started (none: only `max_pairs` limits it)")
+    target_mde: float = Field(0.03, gt=0, lt=1, description="compare: the throughput effect (a share) the plan "
+                              "sizes the compare to detect at every level, with 80% power at 5%")
+    deployments: Literal["sequential", "interleaved"] = Field(  # interleaved: harness.measure.interleave
+        "sequential", description="compare: sequential: one deployment up at a time, each sweeping every level; "
+        "interleaved: a pair's baseline and stack up at once, their windows in random order at each level, a "
+        f"window measured again when the idle side used more than {IDLE_CORES} cores (only where both fit: the "
+        f"GPU-like engine, a host without GPUs, or gpu_memory_utilization <= {SHARED_GPU_MEMORY} on shared GPUs)")
+    repeats: int = Field(1, ge=1, description="measured sweeps per deployment")
+    server_placement: Literal["os", "fixed"] = Field(
+        "os", description="os: the deployment's threads run where the OS puts them; fixed: once it is ready, every "
+        "thread not bound to one core (vLLM's CPU worker binds its own) is pinned to the cores left free, so the "
+        "API server and a layer never share the worker's core")
+    equivalence_margin: float = Field(0.05, gt=0, lt=1, description="compare: a level is `equivalent` when its "
+                                      "90% interval lies inside ±this share (throughput and TTFT p95) or "
+                                      "±this many points of goodput")
+    ttft_margin: float | None = Field(None, gt=0, lt=1, description="compare: TTFT p95's equivalence margin, a "
+                                      "share (default: equivalence_margin)")
+    slo: SLO = Field(default_factory=SLO)
+    engine: EngineSettings = Field(default_factory=EngineSettings)
+    rates: list[float] | None = Field(
+        None, description="open loop: offered request rates (req/s); when set, the profile's levels are these "
+        "rates and `concurrency` is not used")
+    arrival: Literal["poisson", "constant"] = Field(
+        "poisson", description="open loop: inter-arrival gaps, exponential (poisson) or 1/rate (constant)")
+    seed: int | None = Field(None, description="open loop: seed of the poisson schedule (default: from the run "
+                             "id, so a run, its resume and both sides of a compare replay the same arrivals)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fixed_when_pairs_given(cls, data):
+        """A profile written before sequential stopping names its `pairs`: it keeps that fixed design."""
+        if isinstance(data, dict) and "pairs" in data and "stopping" not in data:
+            data = {**data, "stopping": "fixed"}
+        return data
+
+    @field_validator("concurrency")
+    @classmethod
+    def _levels(cls, v: list[int]) -> list[int]:
+        if not v or any(c < 1 for c in v):
+            raise ValueError("concurrency levels must be positive integers")
+        return sorted(set(v))
+
+    @field_validator("input_tokens", "output_tokens")
+    @classmethod
+    def _length(cls, v: Length, info) -> Length:
+        """A prompt holds its unique 16-token prefix and more; an output has 2 tokens for a TPOT. A lognormal draw
+        below that is raised to it (harness.profile.workload.draw); a fixed or uniform length is refused."""
+        least = 17 if info.field_name == "input_tokens" else 2
+        if isinstance(v, int | Uniform) and (b := bounds(v)) is not None and b[0] < least:
+            raise ValueError(f"{info.field_name} {describe(v)} goes below {least} tokens")
+        return v
+
+    @field_validator("client_procs")
+    @classmethod
+    def _procs(cls, v: int | str) -> int | str:
+        if v != "auto" and not 1 <= int(v) <= CLIENT_PROCS_MAX:
+            raise ValueError(f"client_procs is a number of processes from 1 to {CLIENT_PROCS_MAX}, or auto")
+        return v
+
+    @field_validator("rates")
+    @classmethod
+    def _rates(cls, v: list[float] | None) -> list[float] | None:
+        if v is not None and (not v or any(r <= 0 for r in v)):
+            raise ValueError("rates must be a non-empty list of positive request rates (req/s)")
+        return None if v is None else sorted({float(r) for r in v})
+
+    @model_validator(mode="after")
+    def _long_enough(self) -> LoadProfile:
+        """Every level must hold a stationarity split, and under `interval` scraping at least one scrape; open-loop
+        fields only with `rates`. By value, not by which fields were given: a recorded profile (run.json, a
+        target's profile.yaml) holds every field, defaults included."""
+        if self.rates is not None and self.concurrency != type(self).model_fields["concurrency"].get_default(
+                call_default_factory=True):
+            raise ValueError("set either `concurrency` (closed loop: requests in flight) or `rates` (open loop: "
+                             "requests per second), not both")
+        if self.rates is None and (self.arrival != "poisson" or self.seed is not None):
+            raise ValueError(f"`{'arrival' if self.arrival != 'poisson' else 'seed'}` applies to open-loop profiles "
+                             "only: set `rates` (req/s) too, or remove it")
+
+        self._workload_fits()
+        short = [x for x in self.levels() if self.requests_for(x) < min_requests()]
+        if short:
+            raise ValueError(f"levels {short} send fewer than {min_requests()} requests, too few to check that the "
+                             "level is steady (two halves of >= 10): raise `requests` or "
+                             + ("`min_duration_s`" if self.open_loop else "`requests_per_concurrency`"))
+        if self.scrape == "interval" and self.min_duration_s < self.scrape_interval_s:
+            raise ValueError(f"with scrape: interval a level must hold one scrape: set `min_duration_s` "
+                             f"({self.min_duration_s}) >= `scrape_interval_s` ({self.scrape_interval_s})")
+        return self
+
+    def _workload_fits(self) -> None:
+        """A dataset with its lengths, a shared prefix inside every prompt, and the longest request inside
+        max_model_len."""
+        uses = "dataset" in (self.input_tokens, self.output_tokens)
+        if uses and self.dataset is None:
+            raise ValueError("input_tokens or output_tokens `dataset` needs `dataset: PATH` (a ShareGPT JSON or JSONL "
+                             "file)")
+        if self.dataset is not None and self.input_tokens != "dataset":
+            raise ValueError("with `dataset` the prompts are the dataset's own text: set input_tokens: dataset")
+        ins, outs = bounds(self.input_tokens), bounds(self.output_tokens)
+        if self.prefix is not None and isinstance(self.input_tokens, int | Uniform) and ins is not None \
+                and ins[0] < self.prefix.shared_tokens + 17:  # a lognormal draw is raised to what it needs
+            raise ValueError(f"prefix shared_tokens {self.prefix.shared_tokens} leaves no room for the unique part "
+                             f"in a prompt of {ins[0]} tokens: input_tokens must be at least shared_tokens + 17")
+        turns = self.sessions.turns if self.sessions else 1
+        if ins is not None and outs is not None and turns * (ins[1] + outs[1]) > self.engine.max_model_len:
+            what = f"{turns} turns of " if turns > 1 else ""
+            raise ValueError(f"a request of up to {what}{ins[1]} + {outs[1]} tokens is beyond engine.max_model_len "
+                             f"{self.engine.max_model_len}: raise max_model_len or shorten the lengths")
+        if self.sessions is not None and self.rates is not None:
+            raise ValueError("sessions take a closed-loop profile (`concurrency`: chats in flight); an open loop of "
+                             "session arrival rates is not implemented")
+
+    def shape_text(self) -> str:
+        """The request shape as a report names it: `128/64`, or its distributions."""
+        text = f"{describe(self.input_tokens)}/{describe(self.output_tokens)}"
+        if self.dataset:
+            text += f" from {Path(self.dataset).name}"
+        if self.prefix:
+            text += f", {self.prefix.groups} groups sharing {self.prefix.shared_tokens} prefix tokens"
+        if self.sessions:
+            text += f", chats of {self.sessions.turns} turns ({self.sessions.think_time_s:g} s to think)"
+        return text
+
+    def builtin_shaped(self) -> bool:
+        """Whether its requests have the shape of the built-in profile of its name (a study's published figures
+        are set beside a run only at the study's shape)."""
+        path = PROFILE_DIR / f"{self.name}.yaml"
+        if not path.exists():
+            return False
+        ref = load_profile(str(path))
+        fields = ("input_tokens", "output_tokens", "dataset", "prefix", "api")
+        return all(getattr(self, f) == getattr(ref, f) for f in fields)
+
+    def warms_every_level(self) -> bool:
+        return self.warmup_sweep if self.warmup_sweep is not None else not self.engine.enforce_eager
+
+    def requests_for(self, level: float) -> int:
+        """Window size. Closed loop: short windows at high concurrency are all ramp and tail (see DESIGN, window
+        size). Open loop: at least `requests`, and at least rate x `min_duration_s` (the schedule's length)."""
+        if self.open_loop:
+            return max(self.requests, math.ceil(level * self.min_duration_s))
+        return max(self.requests, self.requests_per_concurrency * int(level))
+
+    @property
+    def open_loop(self) -> bool:
+        """Levels are offered request rates (`rates`), not concurrencies."""
+        return self.rates is not None
+
+    def levels(self) -> list[float] | list[int]:
+        """The levels to measure: rates (req/s) in an open-loop profile, concurrencies otherwise."""
+        return list(self.rates) if self.rates is not None else list(self.concurrency)
+
+    def with_levels(self, levels: Sequence[float]) -> LoadProfile:
+        """A validated copy measuring `levels` instead (rates in an open-loop profile, concurrencies otherwise);
+        raises LayerbenchError naming the problem."""
+        data = self.model_dump()
+        data["rates" if self.open_loop else "concurrency"] = list(levels)
+        try:
+            return LoadProfile.model_validate(data)
+        except ValidationError as e:
+            raise LayerbenchError(f"levels {list(levels)} for profile {self.name!r}: {problems(e)}") from None
+
+
+def builtin_profiles() -> list[str]:
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+
+
+def load_profile(name_or_path: str) -> LoadProfile:
+    """A built-in profile name or a YAML file; any problem becomes one LayerbenchError naming the field."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = PROFILE_DIR / f"{name_or_path}.yaml"
+        if not path.exists():
+            raise LayerbenchError(
+                f"unknown profile {name_or_path!r}: built-in profiles are {', '.join(builtin_profiles())}, "
+                "or give a path to a YAML file"
+            )
+    if not path.exists():
+        raise LayerbenchError(f"profile file not found: {path}")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as e:
+        raise LayerbenchError(f"profile {path} cannot be read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise LayerbenchError(f"profile {path} is not UTF-8 text: {e}") from None
+    try:
+        data = yaml.safe_load(text)
+    # the file is untrusted and PyYAML raises more than YAMLError on it: ValueError (`2001-13-01`), IndexError
+    # (`!!int` with no value), RecursionError (deep nesting); any of them means "not a usable YAML document"
+    except Exception as e:
+        why = str(e) if isinstance(e, yaml.YAMLError) else f"{type(e).__name__}: {e}"
+        raise LayerbenchError(f"profile {path} is not valid YAML: {why[:300]}") from None
+    if not isinstance(data, dict):
+        raise LayerbenchError(f"profile {path} must be a YAML mapping of fields")
+    data.setdefault("name", path.stem)
+    try:
+        return LoadProfile.model_validate(data)
+    except ValidationError as e:
+        raise LayerbenchError(f"profile {path} is malformed: {problems(e)}") from None
+
+
+def problems(e: ValidationError) -> str:
+    return "; ".join((f"field '{'.'.join(str(x) for x in err['loc'])}': " if err["loc"] else "")
+                     + err["msg"].removeprefix("Value error, ") for err in e.errors())

@@ -1,0 +1,124 @@
+"""Ray Serve LLM on the k8s target (a KubeRay RayService) and the Serve application both targets deploy: the
+local Ray stack's shape (scripts/ray_serve_app.py), `ray.serve.llm:build_openai_app` with one LLMConfig, as
+a Serve config."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+from harness.targets.k8s.common import (
+    Deployed,
+    cache_volume,
+    container_security,
+    engine_env,
+    engine_mounts,
+    env_list,
+    gpu_pod,
+    labels,
+    model_ref,
+    object_name,
+    resources,
+    selector,
+    served_name,
+    service_url,
+    shm_volume,
+    template,
+)
+from harness.targets.k8s.plan import ClusterSettings
+from stacks.base import Stack
+from stacks.base.engine_env import engine_kwargs
+
+RAY_HF_HOME = "/home/ray/.cache/huggingface"  # Ray's images run as the user `ray`
+SERVE_PORT = 8000
+METRICS_PORT = 8080  # each Ray node's metrics agent: the engine's vllm:* families as ray_vllm_*
+RAY_LOGS = "/tmp/ray"
+# vLLM logs into Ray's session files on the node that runs the engine, not to the pod's stdout: a sidecar that
+# shares /tmp/ray prints vLLM's startup lines from them, so the engine version is read where Ray writes it
+ENGINE_LOG_SIDECAR = ("until grep -rhE 'vLLM API server version|LLM engine \\(v[0-9]' "
+                      f"{RAY_LOGS}/session_latest/logs 2>/dev/null; do sleep 5; done; exec sleep 2147483647")
+
+
+def ray_version(image: str) -> str:
+    """The Ray version of a Ray image's tag (rayproject/ray-llm:2.60.0-py312-cu130 -> 2.60.0), or ''."""
+    found = re.match(r"(\d+\.\d+\.\d+)", image.rpartition(":")[2])
+    return found.group(1) if found else ""
+
+
+def serve_config(stack: Stack, cs: ClusterSettings, hf_home: str = RAY_HF_HOME) -> dict[str, Any]:
+    """The Serve config of the application: the same LLMConfig and ingress settings as the local Ray stack,
+    engine_kwargs exactly the baseline's engine settings (with the GPU memory share)."""
+    o = stack.options
+    e = stack.settings.engine
+    ref = model_ref(cs, hf_home)
+    kwargs = {**engine_kwargs(stack.settings, "Ray Serve LLM's engine_kwargs"),
+              "gpu_memory_utilization": e.gpu_memory_utilization}
+    if ref.revision:
+        kwargs["revision"] = ref.revision
+    env = {**engine_env(hf_home), "RAY_USAGE_STATS_ENABLED": "0"}
+    llm = {"model_loading_config": {"model_id": served_name(cs), "model_source": ref.model},
+           "deployment_config": {"num_replicas": cs.replicas, "max_ongoing_requests": o.max_ongoing_requests},
+           "engine_kwargs": kwargs,
+           "experimental_configs": {"stream_batching_interval_ms": o.stream_batching_interval_ms},
+           "log_engine_metrics": True,
+           "runtime_env": {"env_vars": env}}
+    app = {"name": "layerbench", "route_prefix": "/", "import_path": "ray.serve.llm:build_openai_app",
+           "args": {"llm_configs": [llm],
+                    "ingress_deployment_config": {"num_replicas": o.ingress_replicas,
+                                                  "max_ongoing_requests": o.max_ongoing_requests}}}
+    return {"applications": [app]}
+
+
+def render_ray(stack: Stack, cs: ClusterSettings, run_id: str, label: str) -> Deployed:
+    name = object_name(run_id, label, "ray")
+    svc = template("ray/rayservice.yaml", name=name, namespace=cs.namespace, image=cs.ray_image,
+                   ray_version=ray_version(cs.ray_image), ingress_replicas=stack.options.ingress_replicas)
+    svc["metadata"]["labels"] = labels(run_id, label, "layer")
+    svc["spec"]["serveConfigV2"] = yaml.safe_dump(serve_config(stack, cs), sort_keys=False)
+    cluster = svc["spec"]["rayClusterConfig"]
+    if not cluster["rayVersion"]:
+        del cluster["rayVersion"]
+    head, worker = cluster["headGroupSpec"]["template"], cluster["workerGroupSpecs"][0]["template"]
+    engine = labels(run_id, label, "engine")
+    head["metadata"]["labels"] = labels(run_id, label, "layer")
+    worker["metadata"]["labels"] = engine
+    for pod, amounts in ((head, resources(cs.ray_head_cpu, cs.ray_head_memory)),
+                         (worker, resources(cs.cpu, cs.memory, cs.gpus))):
+        c = pod["spec"]["containers"][0]
+        c.update(env=env_list({**engine_env(RAY_HF_HOME), "RAY_USAGE_STATS_ENABLED": "0"}, cs), resources=amounts,
+                 securityContext=container_security(), volumeMounts=engine_mounts(RAY_HF_HOME))
+        # the head mounts the cache too: the application is built there and may read the model's config
+        pod["spec"]["volumes"] = [cache_volume(cs), shm_volume(cs)]
+        pod["spec"]["automountServiceAccountToken"] = False
+    gpu_pod(worker["spec"], cs)
+    group = cluster["workerGroupSpecs"][0]
+    group["replicas"] = group["minReplicas"] = group["maxReplicas"] = cs.replicas  # a GPU worker per engine
+    _log_sidecar(worker["spec"], cs.ray_image)
+    metrics = _metrics_service(f"{name}-metrics", cs, engine, labels(run_id, label, "layer"))
+    return Deployed(objects=[svc, metrics], ready=[("RayService", name)],
+                    url=service_url(f"{name}-serve-svc", cs.namespace, SERVE_PORT), engine_selector=selector(engine),
+                    metrics={"ray_metrics": f"{service_url(metrics['metadata']['name'], cs.namespace, METRICS_PORT)}"
+                             "/metrics"}, aliases=("ray_vllm_",), engine_images=[cs.ray_image])
+
+
+def _log_sidecar(pod: dict[str, Any], image: str) -> None:
+    """The engine node's Ray logs on a shared volume, and a container that prints vLLM's startup lines."""
+    volume = {"name": "ray-logs", "emptyDir": {}}
+    pod["volumes"].append(volume)
+    pod["containers"][0]["volumeMounts"].append({"name": "ray-logs", "mountPath": RAY_LOGS})
+    pod["containers"].append({
+        "name": "engine-log", "image": image, "command": ["sh", "-c", ENGINE_LOG_SIDECAR],
+        "resources": resources("100m", "128Mi"), "securityContext": container_security(),
+        "volumeMounts": [{"name": "ray-logs", "mountPath": RAY_LOGS, "readOnly": True}]})
+
+
+def _metrics_service(name: str, cs: ClusterSettings, engine: dict[str, str], mine: dict[str, str]) -> dict[str, Any]:
+    """A Service in front of the engine nodes' metrics agents (KubeRay makes one for the head and one for
+    Serve, none for a worker's metrics), so the load reads the engine's ray_vllm_* families."""
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": cs.namespace,
+                                                                 "labels": mine},
+            "spec": {"type": "ClusterIP", "selector": dict(engine),
+                     "ports": [{"name": "metrics", "port": METRICS_PORT, "targetPort": METRICS_PORT,
+                                "protocol": "TCP"}]}}

@@ -1,0 +1,112 @@
+"""The base of every layer that is a process of its own in front of a bare engine deployment: KServe's proxy mode,
+the reference engine's known-overhead proxy, LiteLLM's proxy, vLLM's router. The engine behind it is a whole
+stack (bare vLLM from the layer's environment, or the reference engine) deployed first and torn down last; the
+front is this stack's own server process on 127.0.0.1, and its port is the endpoint. The baseline is a fresh
+deployment of the same engine, so the layer is all that differs.
+
+An adapter says how to start its front (`front_command`), where the front is ready (`front_ready_path`) and,
+where its engine is not bare vLLM, which engine (`engine_behind`). A layer that is sometimes fronted and
+sometimes the engine itself (KServe's modes) returns None from `engine_behind` for the latter."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+import psutil
+from rich.console import Console
+
+from harness.schemas import AppliedConfig
+from stacks.base import REGISTRY, DeploySettings, Stack
+from stacks.base.engine_frontend import frontend_of
+from stacks.base.local import LocalServerStack
+from stacks.base.procs import wait_http_ready
+
+
+class FrontedEngineStack(LocalServerStack):
+    front_role: ClassVar[str] = ""  # how the CPU table labels the front's processes (default: the stack's kind)
+
+    def __init__(self, settings: DeploySettings, port: int | None = None):
+        super().__init__(settings, port)
+        self.engine: Stack | None = self.engine_behind()
+
+    # --- what an adapter says ---
+    def engine_behind(self) -> Stack | None:
+        """The engine deployment behind the front: bare vLLM from this layer's environment, none of its options."""
+        return REGISTRY["vllm"](self.settings.model_copy(update={"options": {}}), venv=self.engine_venv)
+
+    def front_command(self, upstream: str) -> tuple[list[str], dict[str, str]]:
+        """The front's command line and environment, given the engine's base URL."""
+        raise NotImplementedError
+
+    def ready_url(self) -> str:
+        """Answers once the front serves (for most layers: once it sees its engine too)."""
+        return f"{self.endpoint().base_url}/v1/models"
+
+    # --- lifecycle ---
+    def deploy(self) -> None:
+        self.check_ports()
+        if self.engine is not None:
+            self.engine.deploy()
+            self.start(*self.front_command(self.engine.endpoint().base_url))
+
+    def wait_ready(self, timeout: float, console: Console | None = None) -> float:
+        assert self.proc is not None, "deploy() first"
+        waited = self.engine.wait_ready(timeout) if self.engine is not None else 0.0
+        return waited + wait_http_ready(self.ready_url(), timeout, self.server_name, self.proc.alive, self.log_path,
+                                        console)
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()
+        finally:
+            if self.engine is not None:
+                self.engine.teardown()
+
+    def dead(self) -> str | None:
+        """The front outlives its engine, answering every request with an error: both are watched."""
+        if reason := super().dead():
+            return reason
+        if self.engine is not None and (reason := self.engine.dead()):
+            return f"the engine behind {self.server_name}: {reason}"
+        return None
+
+    def processes(self) -> dict[str, list[psutil.Process]]:
+        procs = super().processes()
+        if self.front_role and self.kind in procs:
+            procs[self.front_role] = procs.pop(self.kind)
+        if self.engine is not None:
+            procs.update(self.engine.processes())
+        return procs
+
+    # --- where things are ---
+    def metric_endpoints(self) -> dict[str, str]:
+        """Where a user of the layer looks (its own port), and the engine's port behind it."""
+        api = super().metric_endpoints()
+        return {**api, "engine": f"{self.engine.endpoint().base_url}/metrics"} if self.engine is not None else api
+
+    def log_locations(self) -> dict[str, Path]:
+        if self.engine is None:
+            return super().log_locations()
+        return {**self.engine.log_locations(), "front": self.log_path}
+
+    # --- what runs ---
+    def engine_version(self) -> str:
+        return self.engine.engine_version() if self.engine is not None else super().engine_version()
+
+    def engine_plan(self) -> dict | None:
+        return self.engine.engine_plan() if self.engine is not None else super().engine_plan()
+
+    def verify_config(self) -> AppliedConfig:
+        return self.engine.verify_config() if self.engine is not None else super().verify_config()
+
+    def baseline(self) -> Stack | None:
+        return self.engine_behind() if self.engine is not None else super().baseline()
+
+    def frontend(self) -> str | None:
+        """The API server of the engine behind the front (the front is not vLLM's)."""
+        return frontend_of(self.engine) if self.engine is not None else super().frontend()
+
+    def describe(self) -> dict:
+        extra = {"upstream": self.engine.describe()} if self.engine is not None else {}
+        return {**super().describe(), **extra}

@@ -1,0 +1,272 @@
+"""Process plumbing shared by local adapters: free ports, a server started in its own process group with
+its log in a file, readiness polling with a progress display, and a teardown that stops the whole group by
+its id (never by name), waits, and verifies that no child survived and the port is free again."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import httpx
+import psutil
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from harness.errors import LayerbenchError
+from harness.host.placement import deployment_preexec
+from harness.redact import deployment_env
+
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+def _child_preexec() -> None:
+    # a stop signal held since the fork must stop this child, not raise KeyboardInterrupt in this function
+    # (that would fail the parent's Popen): the server gets default handlers at exec anyway
+    for s in _STOP_SIGNALS:
+        if signal.getsignal(s) != signal.SIG_IGN:  # `nohup` stays in force
+            signal.signal(s, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+    deployment_preexec()
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def ensure_port_free(port: int) -> None:
+    if port_in_use(port):
+        raise LayerbenchError(f"port {port} on 127.0.0.1 is already in use")
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    if not path.exists():
+        return "(no log written)"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+class ManagedProcess:
+    """A server process in its own session/process group, logging to a file."""
+
+    def __init__(self, name: str, cmd: list[str], log_path: Path, env: dict[str, str] | None = None,
+                 cwd: Path | None = None, keep_secrets: Iterable[str] = ()):
+        """env: added to layerbench's own environment, less its secrets (tokens, cloud keys, kubeconfig):
+        a server gets only those it names in `keep_secrets` or is given in `env`."""
+        self.name, self.cmd, self.log_path = name, cmd, log_path
+        self.env = {**deployment_env(os.environ, keep_secrets), **(env or {})}
+        self.cwd = cwd
+        self.proc: subprocess.Popen | None = None
+        self._seen: dict[int, psutil.Process] = {}
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        # a Ctrl-C between fork and Popen's return would leave a server nobody knows the pid of: hold the
+        # signals until self.proc is set (they are delivered right after); the server gets them unblocked
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        try:
+            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                                         cwd=self.cwd, start_new_session=True, stdin=subprocess.DEVNULL,
+                                         preexec_fn=_child_preexec)
+        except OSError as e:
+            raise LayerbenchError(f"{self.name}: cannot start {self.cmd[0]}: {e}") from None
+        finally:
+            log.close()
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def exit_reason(self) -> str | None:
+        """Why this server is no longer running, or None while it runs (or was never started)."""
+        if self.proc is None or self.proc.poll() is None:
+            return None
+        return f"{self.name} exited (code {self.proc.returncode}); see {self.log_path}"
+
+    def tree(self) -> list[psutil.Process]:
+        """The process and all its descendants now; remembered so teardown can verify each one ended."""
+        if not self.alive():
+            return []
+        try:
+            root = psutil.Process(self.proc.pid)  # type: ignore[union-attr]
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+        for p in procs:
+            self._seen.setdefault(p.pid, p)
+        return procs
+
+    def stop(self, timeout: float = 30.0, leader_grace: float = 0.0) -> list[str]:
+        """SIGTERM the group, wait, SIGKILL what is left. Returns descriptions of survivors (should be []).
+        leader_grace > 0: SIGTERM the leader alone first and give it that long to stop its own children
+        (Ray's driver shuts its cluster down in order)."""
+        if self.proc is None:
+            return []
+        self.tree()
+        pgid = self.proc.pid
+        if leader_grace and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=leader_grace)
+            except subprocess.TimeoutExpired:
+                pass
+        for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                pass
+            # children that left the group (setsid) are still ours: signal them by pid
+            for p in list(self._seen.values()):
+                try:
+                    if running(p):
+                        p.send_signal(sig)
+                except psutil.NoSuchProcess:
+                    pass
+            deadline = time.monotonic() + wait  # one deadline for the leader and the rest of its tree
+            try:
+                self.proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                continue
+            _, alive = psutil.wait_procs(list(self._seen.values()), timeout=max(0.1, deadline - time.monotonic()))
+            if not alive:
+                break
+        survivors = []
+        for p in self._seen.values():
+            try:
+                if running(p):
+                    survivors.append(f"pid {p.pid} ({p.name()})")
+            except psutil.NoSuchProcess:
+                pass
+        return survivors
+
+
+def running(p: psutil.Process) -> bool:
+    """Still running: not gone, not a zombie waiting to be reaped."""
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+class Leftovers:
+    """Files a deployment leaves behind that are not in its process tree (vLLM's /tmp/vllm_dist_*, the
+    /dev/shm segments and semaphores of its multiprocessing: ~400 MB after a killed vLLM). Removed: entries
+    matching the patterns that appeared between `snapshot()` and `remove()`, belong to this user, and that no
+    running process has mapped, open, bound as a socket or as its working directory (another program's files
+    that appeared meanwhile are in use by it, so they stay)."""
+
+    def __init__(self, patterns: tuple[str, ...] = ("/tmp/vllm_dist_*", "/dev/shm/*")):
+        self.patterns = patterns
+        self._before: set[Path] | None = None
+
+    def _now(self) -> set[Path]:
+        return {p for pat in self.patterns for p in Path("/").glob(pat.lstrip("/"))}
+
+    def snapshot(self) -> None:
+        self._before = self._now()
+
+    def remove(self) -> list[Path]:
+        if self._before is None:
+            return []
+        used = _in_use()
+        gone = []
+        for p in sorted(self._now() - self._before):
+            try:
+                if p.lstat().st_uid != os.getuid() or any(u == str(p) or u.startswith(f"{p}/") for u in used):
+                    continue
+                shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+                gone.append(p)
+            except OSError:
+                continue
+        self._before = None
+        return gone
+
+
+def _in_use() -> set[str]:
+    """Paths any running process has mapped (shared memory, POSIX semaphores), open, as its working directory,
+    or bound as a Unix socket."""
+    used: set[str] = set()
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            used.update(ln.split(maxsplit=5)[5] for ln in (proc / "maps").read_text().splitlines()
+                        if ln.count(" ") >= 5 and "/" in ln)
+            used.update(os.readlink(fd) for fd in (proc / "fd").iterdir())
+            used.add(os.readlink(proc / "cwd"))
+        except (OSError, IndexError):
+            continue
+    try:  # Unix sockets bound to a path (ZMQ's ipc:// endpoints): the socket's holder is alive
+        used.update(ln.split()[-1] for ln in Path("/proc/net/unix").read_text().splitlines()[1:]
+                    if len(ln.split()) >= 8)
+    except OSError:
+        pass
+    return {u.removesuffix(" (deleted)").strip() for u in used}
+
+
+def wait_http_ready(url: str, timeout: float, what: str, alive: Callable[[], bool], log_path: Path,
+                    console: Console | None = None, headers: dict[str, str] | None = None) -> float:
+    """Poll `url` until it answers 200; fail fast (with the log's last 40 lines) if the process dies."""
+    t0 = time.monotonic()
+    console = console or Console(stderr=True)
+    with Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        task = progress.add_task(f"waiting for {what} ({url})", total=None)
+        with httpx.Client(timeout=2.0, headers=headers) as client:
+            while True:
+                if not alive():
+                    raise LayerbenchError(
+                        f"{what} exited during startup. Last 40 lines of {log_path}:\n{log_tail(log_path)}"
+                    )
+                try:
+                    if client.get(url).status_code == 200:
+                        return time.monotonic() - t0
+                except httpx.HTTPError:
+                    pass
+                elapsed = time.monotonic() - t0
+                if elapsed > timeout:
+                    raise LayerbenchError(
+                        f"{what} not ready after {timeout:.0f}s. Last 40 lines of {log_path}:\n{log_tail(log_path)}"
+                    )
+                progress.update(task, description=f"waiting for {what} ({url})")
+                time.sleep(0.5)  # poll interval, not a readiness guess: readiness is the 200 above
+
+
+def stop_and_verify(proc: ManagedProcess, ports: list[int], what: str, timeout: float = 30.0,
+                    leader_grace: float = 0.0) -> None:
+    """Stop a server's process group and prove it is gone: no survivor, every port free again. A server
+    that never started has nothing to stop (its port may be someone else's)."""
+    if proc.proc is None:
+        return
+    if proc.alive():
+        try:  # after SIGHUP the terminal may be gone: saying so must not break the teardown
+            Console(stderr=True).print(f"stopping {what} (process group {proc.pid}; up to "
+                                       f"{leader_grace + timeout + 10:.0f} s)", highlight=False)
+        except (OSError, ValueError):
+            pass
+    survivors = proc.stop(timeout, leader_grace)
+    deadline = time.monotonic() + 15
+    while any(port_in_use(p) for p in ports) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    busy = [p for p in ports if port_in_use(p)]
+    if survivors or busy:
+        raise LayerbenchError(f"{what} teardown incomplete: surviving processes {survivors}, ports still in use {busy}")
