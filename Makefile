@@ -146,7 +146,7 @@ doctor:  ## whether this host can run a compare: GPUs, driver, CUDA, Python, dis
 # where the client environment exists; one table, non-zero on any mismatch
 gpu-check:  ## on an NVIDIA host: driver, build, NVML sampler, doctor and the client's rate per core, in one table
 	@$(if $(PY),,echo "no python3.12, python3.11 or python3.10 on PATH: install one, or set PY=" >&2; exit 1)
-	@$(PY) -m harness.host.gpu_check $(if $(wildcard $(VENV)/bin/python),--client-python $(VENV)/bin/python) $(ARGS)
+	@$(PY) -m harness.bench.gpu_check $(if $(wildcard $(VENV)/bin/python),--client-python $(VENV)/bin/python) $(ARGS)
 
 run: $(needs)  ## one deployment through the load harness
 	$(LB) run --stack $(STACK) --profile $(PROFILE) $(MODEL_ARGS) $(if $(URL),--url $(URL)) $(if $(MODE),--opt mode=$(MODE)) --target $(TARGET) $(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) $(ARGS)

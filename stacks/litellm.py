@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import Field
 
-from stacks.base import PROJECT_ROOT, Stack, StackOptions, register
+from stacks.base import PROJECT_ROOT, StackOptions, register
 from stacks.base.fronted import FrontedEngineStack
 
 LITELLM_VENV = PROJECT_ROOT / ".venv-litellm"
@@ -36,7 +36,7 @@ class LitellmStack(FrontedEngineStack):
     front_role = "LiteLLM proxy"
     Options = LitellmOptions
     options: LitellmOptions
-    k8s_form = "stacks.litellm:render_k8s"
+    k8s_form = "harness.targets.k8s.render_litellm:render_k8s"
     exposure_hint = "LiteLLM listens on --host 127.0.0.1 only"
 
     def config(self, upstream: str) -> dict[str, Any]:
@@ -73,42 +73,3 @@ class LitellmStack(FrontedEngineStack):
 FRONT_ENV = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "DISABLE_ADMIN_UI": "True", "LITELLM_TELEMETRY": "False",
              "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true", "LITELLM_LOG": "ERROR",
              "PYTHONUNBUFFERED": "1"}
-
-
-def render_k8s(stack: Stack, cs: Any, run_id: str, label: str) -> Any:
-    """The bare vLLM (its Deployment and Service) and LiteLLM's Deployment and Service in front of it, its config
-    in a ConfigMap (manifests/litellm/)."""
-    from harness.targets.k8s.common import (
-        Deployed,
-        container_security,
-        labels,
-        metadata,
-        object_name,
-        resources,
-        service_url,
-        template,
-    )
-    from harness.targets.k8s.render_vllm import render_vllm
-
-    engine = render_vllm(stack, cs, run_id, label)
-    name = object_name(run_id, label, "litellm")
-    mine = labels(run_id, label, "layer")
-    assert isinstance(stack, LitellmStack)
-    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata(f"{name}-config", cs.namespace, mine),
-              "data": {"config.yaml": json.dumps(stack.config(engine.url), indent=2)}}
-    dep = template("litellm/deployment.yaml", name=name, namespace=cs.namespace, image=stack.options.image or IMAGE,
-                   configmap=f"{name}-config", port=PORT, workers=stack.options.num_workers)
-    dep["metadata"]["labels"] = dep["spec"]["selector"]["matchLabels"] = mine
-    dep["spec"]["replicas"] = cs.replicas
-    pod = dep["spec"]["template"]
-    pod["metadata"]["labels"] = mine
-    pod["spec"]["containers"][0].update(resources=resources(cs.front_cpu, cs.front_memory),
-                                        securityContext=container_security())
-    pod["spec"]["containers"][0]["env"] = [{"name": k, "value": v} for k, v in FRONT_ENV.items()]
-    svc = template("litellm/service.yaml", name=name, namespace=cs.namespace, port=PORT)
-    svc["metadata"]["labels"], svc["spec"]["selector"] = mine, dict(mine)
-    url = service_url(name, cs.namespace, PORT)
-    return Deployed(objects=[*engine.objects, config, dep, svc], ready=[*engine.ready, ("Deployment", name)], url=url,
-                    engine_selector=engine.engine_selector, metrics={"api": f"{url}/metrics/",
-                                                                     "engine": engine.metrics["api"]},
-                    engine_images=engine.engine_images)

@@ -8,11 +8,11 @@ engine's `vllm:*` families stay on the bare vLLM's port behind it."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
-from stacks.base import PROJECT_ROOT, DeploySettings, Stack, StackOptions, register
+from stacks.base import PROJECT_ROOT, DeploySettings, StackOptions, register
 from stacks.base.fronted import FrontedEngineStack
 from stacks.base.procs import free_port
 
@@ -37,7 +37,7 @@ class VllmRouterStack(FrontedEngineStack):
     front_role = "vllm-router"
     Options = RouterOptions
     options: RouterOptions
-    k8s_form = "stacks.vllm_router:render_k8s"
+    k8s_form = "harness.targets.k8s.render_vllm_router:render_k8s"
 
     def __init__(self, settings: DeploySettings, port: int | None = None):
         super().__init__(settings, port)
@@ -71,40 +71,3 @@ class VllmRouterStack(FrontedEngineStack):
 
     def describe(self) -> dict:
         return {**super().describe(), "policy": self.options.policy, "metrics_port": self.metrics_port}
-
-
-def render_k8s(stack: Stack, cs: Any, run_id: str, label: str) -> Any:
-    """The bare vLLM (its Deployment and Service) and the router's Deployment and Service in front of it
-    (manifests/vllm-router/), its metrics on their own port of the same Service."""
-    from harness.targets.k8s.common import (
-        Deployed,
-        container_security,
-        labels,
-        object_name,
-        resources,
-        service_url,
-        template,
-    )
-    from harness.targets.k8s.render_vllm import render_vllm
-
-    assert isinstance(stack, VllmRouterStack)
-    engine = render_vllm(stack, cs, run_id, label)
-    name = object_name(run_id, label, "vllm-router")
-    mine = labels(run_id, label, "layer")
-    dep = template("vllm-router/deployment.yaml", name=name, namespace=cs.namespace, image=stack.options.image or IMAGE,
-                   port=PORT, metrics_port=METRICS_PORT)
-    dep["metadata"]["labels"] = dep["spec"]["selector"]["matchLabels"] = mine
-    dep["spec"]["replicas"] = cs.replicas
-    pod = dep["spec"]["template"]
-    pod["metadata"]["labels"] = mine
-    pod["spec"]["containers"][0].update(args=stack.args(engine.url, "0.0.0.0", PORT, METRICS_PORT),
-                                        resources=resources(cs.front_cpu, cs.front_memory),
-                                        securityContext=container_security())
-    svc = template("vllm-router/service.yaml", name=name, namespace=cs.namespace, port=PORT,
-                   metrics_port=METRICS_PORT)
-    svc["metadata"]["labels"], svc["spec"]["selector"] = mine, dict(mine)
-    url = service_url(name, cs.namespace, PORT)
-    return Deployed(objects=[*engine.objects, dep, svc], ready=[*engine.ready, ("Deployment", name)], url=url,
-                    engine_selector=engine.engine_selector,
-                    metrics={"router_metrics": service_url(name, cs.namespace, METRICS_PORT) + "/metrics",
-                             "engine": engine.metrics["api"]}, engine_images=engine.engine_images)

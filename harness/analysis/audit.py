@@ -10,13 +10,9 @@ from __future__ import annotations
 
 import ipaddress
 from collections import Counter
-from pathlib import Path
-
-import psutil
 
 from harness.analysis.vllm_metrics import ENGINE_PREFIX, KEY_FAMILIES, prefix_of, renamed_as
 from harness.schemas import AuditResult, EndpointAudit, FamilyAudit, LiveFacts
-from stacks.base import Stack
 
 
 def is_loopback(ip: str) -> bool:
@@ -93,34 +89,3 @@ def audit_from_scrapes(scrapes: list[dict], live: dict[str, LiveFacts], stack: s
                          f"asked for 127.0.0.1: {shown}")
     return AuditResult(stack=stack, endpoints=endpoints, families=families, counts=counts, live=live, notes=notes,
                        layer_families=layer_families)
-
-
-def refresh_logs(facts: LiveFacts, stack: Stack) -> None:
-    """After teardown: a stack may have moved its logs next to the results (Ray's temp dir is removed)."""
-    facts.logs = {k: str(v) for k, v in stack.log_locations().items()}
-    facts.logs_exist = {k: Path(v).exists() for k, v in facts.logs.items()}
-
-
-def live_facts(stack: Stack) -> LiveFacts:
-    """Read from the running deployment: its engine log location and its listening sockets."""
-    logs = {k: str(v) for k, v in stack.log_locations().items()}
-    pids = {p.pid: label for label, procs in stack.processes().items() for p in procs}
-    listening = []
-    non_loopback = []
-    try:
-        conns = psutil.net_connections(kind="inet")
-    except psutil.AccessDenied:
-        conns = []
-    for c in conns:
-        if c.status != psutil.CONN_LISTEN or c.pid not in pids:
-            continue
-        try:
-            pname = psutil.Process(c.pid).name()
-        except psutil.NoSuchProcess:
-            pname = "?"
-        desc = f"{c.laddr.ip}:{c.laddr.port} ({pids[c.pid]}/{pname})"
-        listening.append(desc)
-        if not is_loopback(c.laddr.ip):
-            non_loopback.append(desc)
-    return LiveFacts(logs=logs, logs_exist={k: Path(v).exists() for k, v in logs.items()},
-                     listening=sorted(set(listening)), non_loopback=sorted(set(non_loopback)))

@@ -111,7 +111,7 @@ def doctor_rows() -> list[Row]:
 
 
 def client_rows(python: str) -> list[Row]:
-    out = subprocess.run([python, "-m", "harness.host.gpu_check", "--client-only"], cwd=PROJECT, capture_output=True,
+    out = subprocess.run([python, "-m", "harness.bench.gpu_check", "--client-only"], cwd=PROJECT, capture_output=True,
                          text=True, timeout=600)
     try:
         got = json.loads(out.stdout.strip().splitlines()[-1])
@@ -143,7 +143,7 @@ def table(rows: list[Row]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python3 -m harness.host.gpu_check", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python3 -m harness.bench.gpu_check", description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=20.0, help="how long the NVML sampler runs (default 20)")
     p.add_argument("--client-python", help="the client environment's Python: adds the client's events/s per core")
     p.add_argument("--client-only", action="store_true", help=argparse.SUPPRESS)

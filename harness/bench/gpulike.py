@@ -13,11 +13,11 @@ from pathlib import Path
 
 from rich.progress import Progress, TaskID
 
-from harness.analysis.calibrate import resolved_dtype
 from harness.analysis.emulation import ENGINE_CORE, TOLERANCE, WORKER, configured_ms
 from harness.analysis.server_metrics import summarise
 from harness.bench.figures import Verdict
 from harness.bench.section import Context, SectionResult
+from harness.host.dtype import resolved_dtype
 from harness.load import eventloop
 from harness.load.client import StreamClient
 from harness.load.prompts import PromptGenerator
@@ -26,7 +26,8 @@ from harness.load.scraper import Scraper
 from harness.profile.schema import EngineSettings, LoadProfile, load_profile
 from harness.reporting.format import fmt, markdown_table
 from harness.results import new_run_id
-from stacks.base import DeploySettings, Stack
+from stacks.base import ENGINE_VENV, DeploySettings, Stack
+from stacks.base.engine_env import engine_python
 
 LEVELS = (1, 16, 64)
 CHECKED = (1, 16)  # the levels the step must be kept at (within TOLERANCE)
@@ -79,7 +80,7 @@ def _model(engine: EngineSettings, progress: Progress, task: TaskID, tmp: Path) 
 def engines() -> tuple[EngineSettings, EngineSettings]:
     """The `gpu-like` profile's engine and the same with the tiny model, at the dtype this host runs fastest (the
     profile says `dtype: fastest`, which vLLM itself does not take)."""
-    gpu_like = resolved_dtype(load_profile("gpu-like")).engine
+    gpu_like = resolved_dtype(load_profile("gpu-like"), lambda: engine_python(ENGINE_VENV)).engine
     return gpu_like, gpu_like.model_copy(update={"model": "tiny", "step": None})
 
 

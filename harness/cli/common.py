@@ -78,10 +78,18 @@ def _has_gpu(args: argparse.Namespace) -> bool:
     return host_gpus() is not None
 
 
+def engine_python() -> Path:
+    """The engine environment's interpreter (the one whose torch times the dtype)."""
+    from stacks.base import ENGINE_VENV
+    from stacks.base.engine_env import engine_python as python_of
+
+    return python_of(ENGINE_VENV)
+
+
 def profile_for(args: argparse.Namespace) -> LoadProfile:
     """The profile named on the command line, with `--model`, `--revision` and `--gpus` (MODEL=, REVISION=,
     GPUS=) applied to its engine settings, so run.json records what was served."""
-    from harness.analysis.calibrate import resolved_dtype  # numpy: imported only by the commands that load a profile
+    from harness.host.dtype import resolved_dtype
 
     profile = load_profile(getattr(args, "profile", None) or "quick")
     profile = profile.model_copy(update={"engine": profile.engine.on_host(_has_gpu(args))})
@@ -97,7 +105,7 @@ def profile_for(args: argparse.Namespace) -> LoadProfile:
     update = {k: v for k, v in (("model", getattr(args, "model", None)), ("revision", getattr(args, "revision", None)),
                                 ("gpus", getattr(args, "gpus", None))) if v is not None}
     if not update:
-        return resolved_dtype(profile)
+        return resolved_dtype(profile, engine_python)
     if "model" in update and "revision" not in update:
         update["revision"] = None  # the profile's revision belongs to the profile's model
     if update.get("model") not in (None, "gpu-like"):
@@ -107,7 +115,7 @@ def profile_for(args: argparse.Namespace) -> LoadProfile:
     except ValidationError as e:
         raise LayerbenchError("--model / --revision / --gpus: " + "; ".join(
             err["msg"].removeprefix("Value error, ") for err in e.errors())) from None
-    return resolved_dtype(profile.model_copy(update={"engine": engine}))
+    return resolved_dtype(profile.model_copy(update={"engine": engine}), engine_python)
 
 
 def settings_for(args: argparse.Namespace, profile: LoadProfile, log_dir: Path):

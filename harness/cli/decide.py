@@ -83,8 +83,9 @@ def cmd_capacity(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from harness.measure.session import baseline_then_stack, place
-    from harness.procedures.variants import Point, SweepSummary, plan, settle
+    from harness.procedures.variants import plan, settle
     from harness.reporting.variants_report import write
+    from harness.schemas.sweep import Point, SweepSummary
     from stacks.base import get_stack
 
     _local_only(args, "sweep")

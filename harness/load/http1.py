@@ -17,7 +17,8 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from harness.load.sse import ChunkedDecoder, SSEParser
+from harness.load.sse import SSEParser
+from harness.wire import ChunkedDecoder
 
 MAX_HEAD = 1 << 16  # a response head longer than this is malformed (a StreamReader's default limit, as before)
 

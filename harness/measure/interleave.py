@@ -18,10 +18,11 @@ from contextlib import ExitStack
 
 from rich.console import Console
 
-from harness.analysis.audit import live_facts, refresh_logs
+from harness.analysis.conclude import pair_order
 from harness.errors import LayerbenchError
 from harness.load.gpu_telemetry import VramGuard
-from harness.measure.pairs import pair_order, pair_targets
+from harness.measure.live import live_facts, refresh_logs
+from harness.measure.pairs import pair_targets
 from harness.measure.resume import ResumePlan
 from harness.measure.session import Sides, last_released, make_ready
 from harness.measure.sweep import SweepRun, progress_bars, save, summary_file

@@ -16,9 +16,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness.analysis.audit import live_facts, refresh_logs
+from harness.analysis.conclude import pair_order
 from harness.errors import LayerbenchError
 from harness.load.gpu_telemetry import VramGuard
+from harness.measure.live import live_facts, refresh_logs
 from harness.measure.resume import ResumePlan, ResumeRefused
 from harness.measure.session import Sides, deploy_and_measure, last_released
 from harness.measure.sweep import summary_file
@@ -27,12 +28,6 @@ from harness.results import RunWriter
 from harness.schemas import RunSummary
 from stacks.base import Stack
 from stacks.base.engine_env import remove_cache, side_cache, side_start
-
-ORDER = (1, -1, -1, 1)  # +1: the pair's baseline is deployed first (ABBA, then BAAB, ...)
-
-
-def pair_order(pairs: int) -> list[int]:
-    return [ORDER[k % len(ORDER)] for k in range(pairs)]
 
 
 def pair_targets(stack: Stack, k: int) -> tuple[Stack, Stack]:

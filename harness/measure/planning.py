@@ -14,9 +14,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.analysis.conclude import pair_order
 from harness.analysis.sequential import Look, detectable
 from harness.errors import LayerbenchError
-from harness.measure.pairs import pair_order
 from harness.profile.schema import LoadProfile
 from harness.schemas import AAReference, CompareSummary, Components
 

@@ -17,9 +17,7 @@ from harness.errors import LayerbenchError
 from harness.measure.sweep import summary_file
 from harness.profile.schema import LoadProfile
 from harness.results import git_revision, held_by_another
-from harness.schemas import RunSummary
-
-SIDES = ("baseline", "stack")
+from harness.schemas import SIDES, RunSummary
 
 
 class ResumeRefused(LayerbenchError):

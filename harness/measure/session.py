@@ -10,10 +10,10 @@ from datetime import datetime
 
 from rich.console import Console
 
-from harness.analysis.audit import live_facts, refresh_logs
 from harness.analysis.startup import engine_log_phases
 from harness.errors import LayerbenchError
 from harness.load.gpu_telemetry import VramGuard
+from harness.measure.live import live_facts, refresh_logs
 from harness.measure.resume import ResumePlan, ResumeRefused
 from harness.measure.sweep import measure, summary_file
 from harness.profile.schema import LoadProfile

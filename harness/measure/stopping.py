@@ -23,7 +23,7 @@ from harness.schemas import CompareSummary, Decision, Stopping
 
 class SequentialStop:
     """The `after_pair` of harness.measure.pairs.measure_pairs for a sequential compare. settle(looks): judges the
-    summary's runs at a look (harness.procedures.compare.settle with the compare's own inputs)."""
+    summary's runs at a look (harness.analysis.conclude.settle with the compare's own inputs)."""
 
     def __init__(self, summary: CompareSummary, plan: Plan, writer: RunWriter, console: Console,
                  settle: Callable[[Looks], None]):

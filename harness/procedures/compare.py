@@ -15,13 +15,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harness.analysis.audit import audit_from_scrapes
-from harness.analysis.deltas import client_bound, judged_levels, level_deltas
-from harness.analysis.emulation import stretched_levels
-from harness.analysis.judging import instability
+from harness.analysis.conclude import Evidence, pair_order, settle
 from harness.analysis.sequential import Looks
 from harness.errors import LayerbenchError
-from harness.measure.pairs import measure_pairs, pair_order
+from harness.measure.pairs import measure_pairs
 from harness.measure.planning import Plan
 from harness.measure.resume import ResumePlan, ResumeRefused
 from harness.measure.session import Sides
@@ -30,16 +27,11 @@ from harness.profile.schema import LoadProfile
 from harness.results import RunWriter, read_jsonl
 from harness.schemas import (
     AAReference,
-    AppliedConfig,
     CompareSummary,
-    LevelDelta,
-    ServedModel,
 )
 from stacks.base import Stack
 from stacks.base.engine_frontend import frontend_note
 from stacks.base.engine_model import study_comparable
-
-__all__ = ["AAReference", "CompareSummary", "LevelDelta", "level_deltas", "latest_aa", "run_compare", "settle"]
 
 
 def latest_aa(results: Path, profile: str, exclude: str | None = None,
@@ -69,35 +61,6 @@ def observer_effect(policy: str, path: Path = HARNESS_BENCH) -> str | None:
         return json.loads(path.read_text())["observer_effect"]["policies"][policy]
     except (OSError, ValueError, KeyError):
         return None
-
-
-def settings_diff(a: AppliedConfig, b: AppliedConfig) -> list[str]:
-    """Engine settings both deployments must have applied identically (from /v1/models and the engine log)."""
-    diffs = []
-    for field in ("max_model_len", "kv_cache_tokens", "max_concurrency", "tensor_parallel_size"):
-        va, vb = getattr(a, field), getattr(b, field)
-        if field == "tensor_parallel_size" and va is None and vb is None:
-            continue  # neither engine prints vLLM's config line (the reference engine): nothing to hold against
-        if va is None or vb is None:
-            diffs.append(f"{field}: not found ({'baseline' if va is None else 'stack'})")
-        elif va != vb:
-            diffs.append(f"{field}: baseline {va} vs stack {vb}")
-    return diffs
-
-
-def model_diff(model: ServedModel | None, applied: dict[str, AppliedConfig]) -> list[str]:
-    """Each side that reported loading other files than the resolved model (from its engine's config line). A
-    directory that is not on this host and not an HF-cache snapshot (a pod's /mnt/models, where KServe's storage
-    initializer put the model's storageUri) cannot be told apart, so it is not held against the side."""
-    if model is None:
-        return []
-
-    def unknowable(path: str) -> bool:
-        return path.startswith("/") and "models--" not in path and not Path(path).exists()
-
-    return [f"model: {label} loaded {a.model}" + (f" @ {a.revision}" if a.revision else "")
-            + f", not {model.text()}" for label, a in applied.items()
-            if a.model is not None and not unknowable(a.model) and not model.same_files(a.model, a.revision)]
 
 
 def _gpu_host() -> dict | None:
@@ -163,8 +126,8 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
     live: dict = {}
 
     def judge_at(looks: Looks | None) -> None:
-        settle(summary, profile, read_jsonl(writer.dir / "scrapes.jsonl"), live, stack.observability_note(),
-               allow_mismatch, looks)
+        seen = Evidence(read_jsonl(writer.dir / "scrapes.jsonl"), live, stack.observability_note())
+        settle(summary, profile, seen, allow_mismatch, looks)
 
     stop = SequentialStop(summary, pairs_plan, writer, console, judge_at) if pairs_plan is not None else None
     if profile.deployments == "interleaved":
@@ -189,32 +152,4 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
         summary.placement, summary.host_cores = placement["sentence"], placement["host_cores"]
     summary.observer_effect = observer_effect(profile.scrape)
     writer.write_json("compare.json", summary.model_dump())
-    return summary
-
-
-def settle(summary: CompareSummary, profile: LoadProfile, scrapes: list[dict], live: dict,
-           note: str | None, allow_mismatch: bool, looks: Looks | None = None) -> CompareSummary:
-    """Everything a compare concludes once both sides' runs are in `summary.runs` (measured here, or unpacked
-    from a cluster's load Jobs): versions, settings, the per-level deltas, the audit and the status."""
-    summary.version_match = summary.versions.get("baseline") == summary.versions.get("stack")
-    if not summary.version_match and not allow_mismatch:
-        summary.failures["versions"] = f"live versions differ: {summary.versions}"
-    if "baseline" in summary.applied and "stack" in summary.applied:
-        summary.settings_mismatches = settings_diff(summary.applied["baseline"], summary.applied["stack"]) \
-            + model_diff(summary.model, summary.applied)
-        summary.settings_match = not summary.settings_mismatches
-    base, stack = summary.runs.get("baseline"), summary.runs.get("stack")
-    calibration = base.calibration if base else None
-    summary.left_out = dict(calibration.left_out) if calibration else {}
-    levels = [c for c in profile.levels() if c not in summary.left_out]
-    no_verdict = {**client_bound(base, stack), **{c: ("host-bound", "no verdict: this host stretched the emulated "
-                  "step here (the emulation table), so the level measures the host, not the emulated GPU")
-                  for c in stretched_levels(summary)}}
-    summary.levels, summary.components = judged_levels(
-        base, stack, levels, profile.open_loop, order=summary.order or pair_order(summary.pairs),  # 0: interleaved
-        host=summary.aa.components if summary.aa else {}, margin=summary.margin, no_verdict=no_verdict,
-        looks=looks, ttft_margin=summary.ttft_margin)
-    summary.instability = instability(base, stack, [lv.level for lv in summary.levels if lv.judged])
-    summary.audit = audit_from_scrapes(scrapes, live, summary.stack, summary.renames or (), note, summary.metricless)
-    summary.status = "failed" if summary.failures else "complete"
     return summary

@@ -42,7 +42,7 @@ def build_plan(command: str, stack: Stack, profile: LoadProfile, run_id: str, re
         build: dict[str, Any] = for_host().to_json()
     except LayerbenchError as e:
         raise LayerbenchError(f"no vLLM build runs on this host: {e}") from None
-    from harness.measure.pairs import pair_order
+    from harness.analysis.conclude import pair_order
 
     installed = installed_engine()
     if installed and installed.split()[0] != build["package"]:

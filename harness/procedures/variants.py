@@ -10,17 +10,15 @@ A value the engine or the stack rejects fails its own point (with the engine's l
 
 from __future__ import annotations
 
-from typing import Literal
+from pydantic import ValidationError
 
-from pydantic import BaseModel, ValidationError
-
+from harness.analysis.deltas import level_deltas
 from harness.errors import LayerbenchError
-from harness.procedures.compare import LevelDelta, level_deltas
 from harness.profile.schema import EngineSettings, LoadProfile
-from harness.schemas import RunSummary
+from harness.schemas import LevelDelta, RunSummary
+from harness.schemas.sweep import Effect, Kind, Point, ShapeGap, SweepSummary
 from stacks.base import DeploySettings, Stack
 
-Kind = Literal["setting", "option", "shape"]
 SETTINGS = sorted(set(EngineSettings.model_fields) - {"extra_args"})
 
 
@@ -41,47 +39,12 @@ def _typed(raw: str) -> str | int | float | bool:
     return parse_options([f"v={raw}"])["v"]
 
 
-class Point(BaseModel):
-    """One value of the knob: its deployments' labels and the layer's deltas against the bare engine."""
-
-    value: str
-    baseline_label: str
-    stack_label: str
-    levels: list[LevelDelta] = []
-    failed: dict[str, str] = {}  # label -> why (first lines of the error, with the engine's log tail)
 
 
-class Effect(BaseModel):
-    """The knob moved from its first value to its last, on each side, at one level."""
-
-    level: str  # "c=8", or "8 req/s" in an open-loop profile
-    baseline: LevelDelta  # "baseline" = first value, "stack" = last value (bare engine)
-    stack: LevelDelta | None  # the same change behind the layer
 
 
-class ShapeGap(BaseModel):
-    """The least costly shape of the layer against the runner-up ("baseline" = runner-up, "stack" = best)."""
-
-    best: str
-    second: str
-    delta: LevelDelta
 
 
-class SweepSummary(BaseModel):
-    run_id: str
-    stack: str
-    kind: Kind
-    key: str
-    values: list[str]
-    profile: str
-    repeats: int
-    status: str = "running"
-    points: list[Point] = []
-    effects: list[Effect] = []
-    shape_gap: ShapeGap | None = None  # OPT sweeps: is the least costly shape cheaper beyond noise?
-    conclusion: str = ""
-    failures: dict[str, str] = {}
-    wall_s: float | None = None
 
 
 def plan(kind: Kind, spec: str, stack_cls: type[Stack], settings: DeploySettings

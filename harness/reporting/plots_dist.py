@@ -17,9 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from harness.measure.resume import SIDES
-from harness.procedures.compare import LevelDelta
 from harness.reporting.format import major_processes
+from harness.schemas import SIDES, LevelDelta
 
 DPI = 110
 WIDTH_IN = 5.0

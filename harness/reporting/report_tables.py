@@ -5,10 +5,10 @@ the plots. Markdown and HTML render the same rows."""
 
 from __future__ import annotations
 
+from harness.analysis.capacity import MAX_ERROR_SHARE, of_levels
 from harness.analysis.latency_split import COUNT_TOLERANCE, LevelSplit, hidden, mean_of, split
 from harness.analysis.prefix_cache import UNIQUE_MAX, hit_rates
 from harness.analysis.vllm_metrics import HISTOGRAMS
-from harness.procedures.capacity import MAX_ERROR_SHARE, of_levels
 from harness.reporting.document import Table
 from harness.reporting.format import MINOR_CORES, fmt, major_processes, share_pct
 from harness.reporting.headline import verdict_table

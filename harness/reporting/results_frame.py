@@ -16,10 +16,8 @@ from typing import Any
 
 import pandas as pd
 
-from harness.measure.resume import SIDES
-from harness.procedures.compare import LevelDelta
 from harness.reporting.catalog import RunEntry, read_results
-from harness.schemas import CompareSummary, Dist, LevelSummary, RunSummary, ServerLevelMetrics
+from harness.schemas import SIDES, CompareSummary, Dist, LevelDelta, LevelSummary, RunSummary, ServerLevelMetrics
 
 DISTS = ("ttft", "itl", "tpot", "e2e", "dispatch_delay")  # LevelStats.<name>_ms
 DIST_STATS = ("mean", "p50", "p90", "p95", "p99", "max")

@@ -8,10 +8,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from harness.analysis.cost import Price, usd
-from harness.procedures.variants import SweepSummary
 from harness.reporting.document import Table, write_document
 from harness.reporting.format import fmt, share_pct
 from harness.reporting.report_tables import cpu_rows
+from harness.schemas.sweep import SweepSummary
 
 
 def delta_table(s: SweepSummary, price: Price | None) -> Table:

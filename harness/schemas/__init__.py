@@ -3,7 +3,7 @@ never the other way round."""
 
 from harness.schemas.audit import AuditResult, EndpointAudit, FamilyAudit, LiveFacts
 from harness.schemas.capacity import SLA, CapacityResult, CapacitySummary, Probe
-from harness.schemas.compare import AAReference, CompareSummary, Decision, Stopping
+from harness.schemas.compare import SIDES, AAReference, CompareSummary, Decision, Stopping
 from harness.schemas.deploy import AppliedConfig, PublishedResult, ServedModel
 from harness.schemas.verdicts import Components, DeltaInterval, Instability, LevelDelta, Verdict
 from harness.schemas.window import (
@@ -26,7 +26,7 @@ from harness.schemas.window import (
     levels_text,
 )
 
-__all__ = ["AAReference", "Decision", "Stopping",
+__all__ = ["SIDES", "AAReference", "Decision", "Stopping",
            "AppliedConfig", "AuditResult", "Calibration", "CapacityResult", "CapacitySummary",
            "ClientHealth", "Components", "CompareSummary", "DeltaInterval", "Dist", "DtypeChoice", "EndpointAudit",
            "FamilyAudit", "GpuWindow", "Instability", "LayerMetric", "LevelDelta", "LevelHold", "LevelStats",

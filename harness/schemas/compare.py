@@ -10,6 +10,9 @@ from harness.schemas.deploy import AppliedConfig, PublishedResult, ServedModel
 from harness.schemas.verdicts import MARGIN, Components, Instability, LevelDelta
 from harness.schemas.window import RunSummary
 
+# A compare's two sides, in the order every record lists them.
+SIDES = ("baseline", "stack")
+
 
 class AAReference(BaseModel):
     """The latest A/A compare (bare vLLM vs bare vLLM) of the same profile: this host's noise floor."""

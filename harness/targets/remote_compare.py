@@ -1,7 +1,7 @@
 """A compare whose sides were measured on a cluster (k8s) or a docker host: each side's load left a run folder
 under results/<run>/<side>/ (one per load pod), unpacked from its Job's log or written by commands.sh. This
 turns them into the run folder a local compare writes (run.json, requests.jsonl, scrapes.jsonl, the sides'
-summaries, compare.json), concluding through the same functions as a local compare (harness.procedures.compare.settle),
+summaries, compare.json), concluding through the same functions as a local compare (harness.analysis.conclude.settle),
 so `layerbench render` and `make report` read it like any other, and its deltas are those a local compare of
 the same per-side data would give."""
 
@@ -11,15 +11,13 @@ import json
 import time
 from pathlib import Path
 
+from harness.analysis.conclude import Evidence, settle
 from harness.analysis.shards import Merged, PodCount, merge, run_folders
 from harness.errors import LayerbenchError
-from harness.procedures.compare import settle
 from harness.profile.schema import LoadProfile
 from harness.results import git_revision, read_jsonl
-from harness.schemas import AppliedConfig, CompareSummary, RunSummary, ServedModel
+from harness.schemas import SIDES, AppliedConfig, CompareSummary, RunSummary, ServedModel
 from stacks.base import parse_startup_log
-
-SIDES = ("baseline", "stack")
 
 
 def _single(folder: Path, label: str) -> Merged:
@@ -82,7 +80,7 @@ def assemble(run_dir: Path, summary: CompareSummary, profile: LoadProfile, sides
     if "baseline" not in merged:
         summary.status = "failed"
     scrapes = [s for m in merged.values() for s in m.scrapes]
-    settle(summary, profile, scrapes, {}, note, allow_mismatch)
+    settle(summary, profile, Evidence(scrapes, {}, note), allow_mismatch)
     if summary.cluster is not None:
         summary.cluster["pods"] = {label: [p.model_dump() for p in m.per_pod] for label, m in merged.items()}
     _write(run_dir / "requests.jsonl", "".join(json.dumps(r) + "\n" for m in merged.values() for r in m.records))

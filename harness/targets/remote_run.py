@@ -11,8 +11,8 @@ from pathlib import Path
 
 from harness.errors import LayerbenchError
 from harness.profile.schema import LoadProfile
-from harness.schemas import CompareSummary
-from harness.targets.remote_compare import SIDES, assemble, cluster_model
+from harness.schemas import SIDES, CompareSummary
+from harness.targets.remote_compare import assemble, cluster_model
 from stacks.base import Stack
 from stacks.base.engine_model import study_comparable
 

@@ -346,7 +346,8 @@ def target_form(kind: str, target: str) -> Callable[..., Any]:
 
 
 def get_stack(kind: str) -> type[Stack]:
-    import stacks  # noqa: F401  (importing the package registers every adapter)
+    # importing the package registers every adapter; by name, as the package finds its adapters (stacks/__init__.py)
+    importlib.import_module("stacks")
 
     try:
         return REGISTRY[kind]

@@ -27,7 +27,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.load.sse import ChunkedDecoder
+from harness.wire import ChunkedDecoder
 from stacks.refengine.http import Request, Responder, run_server
 from stacks.refengine.server import config_parser
 from stacks.refengine.timing import PreciseTimer

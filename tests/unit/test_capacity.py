@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.analysis.capacity import judge
 from harness.cli.main import main
-from harness.procedures.capacity import coarse_levels, judge, search
+from harness.procedures.capacity import coarse_levels, search
 from harness.profile.schema import LoadProfile
 from harness.schemas import SLA, CapacitySummary, Probe
 

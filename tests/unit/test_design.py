@@ -7,11 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.analysis.calibrate import fastest_dtype, levels_held
+from harness.analysis.calibrate import levels_held
+from harness.analysis.conclude import pair_order
 from harness.analysis.stats import steady_window, tokens_between
 from harness.analysis.verdict import balanced_mean, components, holm, judge
+from harness.host.dtype import fastest_dtype
 from harness.load.client import RequestRecord
-from harness.measure.pairs import pair_order, schedule
+from harness.measure.pairs import schedule
 from harness.profile.schema import EmulatedStep
 from harness.schemas import Components, DtypeChoice
 from stacks.base import DeploySettings
@@ -100,11 +102,11 @@ def test_bfloat16_is_kept_only_where_the_cpu_computes_it(tmp_path):
 
 def test_the_gpu_like_calibration_deploys_the_dtype_this_host_chose(monkeypatch):
     # the profile says `dtype: fastest`, which vLLM refuses: the calibration section once passed it on as it was
-    from harness.analysis import calibrate
     from harness.bench import gpulike
+    from harness.host import dtype
 
     chosen = DtypeChoice(dtype="float32", step_ms={"float32": 2.9}, cpu_bf16=False)
-    monkeypatch.setattr(calibrate, "fastest_dtype", lambda python: chosen)
+    monkeypatch.setattr(dtype, "fastest_dtype", lambda python: chosen)
     gpu_like, tiny = gpulike.engines()
     assert gpu_like.dtype == tiny.dtype == "float32" and gpu_like.dtype_measured
     assert gpu_like.model == "gpu-like" and tiny.model == "tiny" and tiny.step is None

@@ -195,7 +195,7 @@ def gpu_check(tmp_path: Path, fixture: str, nvml_driver: str, nvml_cuda: int) ->
     env = {**os.environ, "PATH": f"{FAKES}{os.pathsep}{os.environ['PATH']}", "HF_HUB_OFFLINE": "1",
            "FAKE_NVIDIA_SMI_FIXTURE": str(FIXTURES / f"{fixture}.txt"), "FAKE_NVML_SCRIPT": str(script),
            "PYTHONPATH": str(ROOT / "tests" / "fakes" / "nvml")}
-    return subprocess.run([sys.executable, "-m", "harness.host.gpu_check", "--seconds", "1"], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "harness.bench.gpu_check", "--seconds", "1"], cwd=ROOT,
                           capture_output=True, text=True, timeout=300, env=env)
 
 

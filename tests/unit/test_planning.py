@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.analysis.conclude import pair_order
 from harness.analysis.verdict import components
 from harness.cli.main import main
-from harness.measure.pairs import pair_order
 from harness.measure.planning import Plan, detectable_share, make_plan, pair_seconds, pairs_for, step_sweep_s
 from harness.profile.schema import load_profile
 from harness.schemas import AAReference, CompareSummary, Stopping

@@ -11,10 +11,10 @@ import matplotlib.image as mpimg
 import matplotlib.pyplot as plt
 import pytest
 
+from harness.analysis.deltas import level_deltas
 from harness.analysis.samples import ttft_samples
 from harness.analysis.stats import level_stats
 from harness.load.client import RequestRecord
-from harness.procedures.compare import level_deltas
 from harness.profile.schema import SLO
 from harness.reporting.plots import GOODPUT_YLIM, plots, series, side_labels
 from harness.schemas import (

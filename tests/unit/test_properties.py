@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 from harness.errors import LayerbenchError
 from harness.load.scraper import parse_metrics
-from harness.load.sse import ChunkedDecoder, SSEParser
+from harness.load.sse import SSEParser
 from harness.profile.schema import PROFILE_DIR, SLO, EngineSettings, LoadProfile, load_profile
+from harness.wire import ChunkedDecoder
 
 # ~200 examples a test keeps the file within ~20 s on a loaded 2-core host; no deadline: a busy host stalls.
 # LAYERBENCH_PROPERTY_EXAMPLES=5000 searches harder, for a one-off hunt after changing a parser.

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from harness.analysis.capacity import of_levels
+from harness.analysis.deltas import level_deltas
 from harness.analysis.samples import ttft_samples
-from harness.procedures.capacity import of_levels
-from harness.procedures.compare import level_deltas
 from harness.profile.schema import SLO
 from harness.reporting.report import decision
 from harness.reporting.report_tables import capacities, capacity_table, capacity_text, slo_text

@@ -6,7 +6,8 @@ import json
 import pytest
 
 from harness.load.client import RequestRecord, StreamClient
-from harness.load.sse import ChunkedDecoder, SSEParser
+from harness.load.sse import SSEParser
+from harness.wire import ChunkedDecoder
 from tests.conftest import STREAM_HEAD, chunk
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from harness.analysis.deltas import level_deltas
 from harness.cli.main import main
-from harness.procedures.compare import level_deltas
 from harness.reporting.results_frame import ID_COLUMNS, compare_frame
 from harness.reporting.summary_report import latest_compares, level_figures, write_summary
 from harness.schemas import (

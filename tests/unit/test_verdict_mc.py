@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
+from harness.analysis.conclude import pair_order
 from harness.analysis.verdict import components, judge, pct
-from harness.measure.pairs import pair_order
 
 SETTINGS = {"gpu-like": (0.003, 0.003, 3), "mid": (0.05, 0.03, 8), "cpu": (0.12, 0.09, 4)}  # sigma_D, sigma_w, K
 N, LEVELS = 400, 3
