@@ -60,6 +60,11 @@ def host_info() -> dict[str, Any]:
     }
 
 
+def failure_reason(failures: dict[str, str]) -> str:
+    """Each failed side and its reason's first line: a run's one-line reason in run.json."""
+    return "; ".join(f"{k}: {v.splitlines()[0]}" for k, v in failures.items())
+
+
 def _cannot_write(path: Path, e: OSError) -> LayerbenchError:
     return LayerbenchError(f"cannot write {path}: {e.strerror or e} (is the disk full?); what was written "
                            "before is intact")

@@ -130,7 +130,7 @@ class RayStack(LocalServerStack):
         assert self.proc is not None, "deploy() first"
         t0 = time.monotonic()
         base = self.endpoint().base_url
-        wait_http_ready(f"{base}/v1/models", timeout, "Ray Serve", self.proc.alive, self.log_path, console)
+        wait_http_ready(f"{base}/v1/models", timeout, "Ray Serve", self.proc, console)
         # the ingress answers before the engine replica is up: ready means a real completion goes through
         body = {"model": self.settings.served_model_name, "prompt": "ready", "max_tokens": 1}
         while True:

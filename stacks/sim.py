@@ -64,7 +64,7 @@ class _LocalServer:
         self.proc.start()
 
     def wait(self, timeout: float, console: Console | None) -> float:
-        return wait_http_ready(f"{self.url}/v1/models", timeout, self.name, self.proc.alive, self.log_path, console)
+        return wait_http_ready(f"{self.url}/v1/models", timeout, self.name, self.proc, console)
 
     def stop(self) -> None:
         stop_and_verify(self.proc, [self.port], self.name)

@@ -57,8 +57,7 @@ class VllmStack(LocalServerStack):
 
     def wait_ready(self, timeout: float, console: Console | None = None) -> float:
         assert self.proc is not None, "deploy() first"
-        waited = wait_http_ready(f"{self.endpoint().base_url}/health", timeout, "vLLM", self.proc.alive,
-                                 self.log_path, console)
+        waited = wait_http_ready(f"{self.endpoint().base_url}/health", timeout, "vLLM", self.proc, console)
         self.proc.tree()  # remember every child for teardown's survivor check
         return waited
 

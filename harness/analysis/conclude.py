@@ -10,7 +10,7 @@ from pathlib import Path
 from harness.analysis.audit import audit_from_scrapes
 from harness.analysis.deltas import client_bound, judged_levels
 from harness.analysis.emulation import stretched_levels
-from harness.analysis.judging import instability
+from harness.analysis.judging import Design, instability
 from harness.analysis.sequential import Looks
 from harness.profile.schema import LoadProfile
 from harness.schemas import AppliedConfig, CompareSummary, ServedModel
@@ -79,10 +79,10 @@ def settle(summary: CompareSummary, profile: LoadProfile, seen: Evidence, allow_
     no_verdict = {**client_bound(base, stack), **{c: ("host-bound", "no verdict: this host stretched the emulated "
                   "step here (the emulation table), so the level measures the host, not the emulated GPU")
                   for c in stretched_levels(summary)}}
-    summary.levels, summary.components = judged_levels(
-        base, stack, levels, profile.open_loop, order=summary.order or pair_order(summary.pairs),  # 0: interleaved
-        host=summary.aa.components if summary.aa else {}, margin=summary.margin, no_verdict=no_verdict,
-        looks=looks, ttft_margin=summary.ttft_margin)
+    design = Design(order=summary.order or pair_order(summary.pairs),  # 0: interleaved
+                    host=summary.aa.components if summary.aa else {}, margin=summary.margin,
+                    ttft_margin=summary.ttft_margin, looks=looks)
+    summary.levels, summary.components = judged_levels(base, stack, levels, profile.open_loop, design, no_verdict)
     summary.instability = instability(base, stack, [lv.level for lv in summary.levels if lv.judged])
     summary.audit = audit_from_scrapes(seen.scrapes, seen.live, summary.stack, summary.renames or (), seen.note,
                                        summary.metricless)

@@ -10,10 +10,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from harness.analysis.judging import ENDPOINTS, judge_endpoints
-from harness.analysis.sequential import Looks
+from harness.analysis.judging import ENDPOINTS, Design, judge_endpoints
 from harness.analysis.steady import likely_cause
-from harness.analysis.verdict import MARGIN, pct
+from harness.analysis.verdict import pct
 from harness.schemas import Components, DeltaInterval, LevelDelta, LevelSummary, RunSummary, Verdict
 
 
@@ -79,22 +78,21 @@ def _interval(v: Verdict | None, floored: bool) -> DeltaInterval | None:
 
 def level_deltas(base: RunSummary | None, stack: RunSummary | None, levels: Sequence[float],
                  open_loop: bool | None = None, **how) -> list[LevelDelta]:
-    """judged_levels' levels alone."""
-    return judged_levels(base, stack, levels, open_loop, **how)[0]
+    """judged_levels' levels alone; how: the Design's fields (host, margin, ...)."""
+    return judged_levels(base, stack, levels, open_loop, Design(**how))[0]
 
 
 def judged_levels(base: RunSummary | None, stack: RunSummary | None, levels: Sequence[float],
-                  open_loop: bool | None = None, order: Sequence[int] = (), host: dict[str, Components] | None = None,
-                  margin: float = MARGIN, no_verdict: dict | None = None, looks: Looks | None = None,
-                  ttft_margin: float | None = None) -> tuple[list[LevelDelta], dict[str, Components]]:
+                  open_loop: bool | None = None, design: Design | None = None, no_verdict: dict | None = None
+                  ) -> tuple[list[LevelDelta], dict[str, Components]]:
     """One LevelDelta per level (concurrencies, or offered rates when the runs are open-loop), and this compare's
-    own variance components. order: +1/-1 per pair (which side ran first); host: the latest A/A's components;
-    no_verdict: level -> why it gets none (host-bound, client-bound); looks: a sequential compare's look."""
+    own variance components. design: the pairs' order, the host's A/A, the margins and a sequential compare's look;
+    no_verdict: level -> why it gets none (host-bound, client-bound)."""
     if open_loop is None:
         open_loop = bool((base and base.open_loop) or (stack and stack.open_loop))
     no_verdict = dict(no_verdict or {})
     judged = [c for c in levels if c not in no_verdict]
-    verdicts, own = judge_endpoints(base, stack, judged, order, host or {}, margin, looks, ttft_margin)
+    verdicts, own = judge_endpoints(base, stack, judged, design or Design())
     out = []
     for c in levels:
         b_all = [lv for lv in (base.levels if base else []) if lv.stats.level == c]

@@ -9,14 +9,14 @@ host, 10-58 slow requests in a row where independence would give 3-12), so reque
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import stats as st
 
 from harness.analysis.sequential import Looks
-from harness.analysis.verdict import components, judge
+from harness.analysis.verdict import MARGIN, Criteria, components, judge
 from harness.schemas import Components, Instability, LevelSummary, RunSummary, Verdict
 
 UNSTABLE_RATIO = 2.0  # the stack's spread must be at least this multiple of the baseline's, and significant
@@ -64,17 +64,29 @@ def differences(base: RunSummary | None, stack: RunSummary | None, levels: Seque
     return d, pairs
 
 
+@dataclass(frozen=True)
+class Design:
+    """How a compare's levels are judged: which side each pair ran first (+1: the baseline, -1: the stack, per pair
+    index; a pair past the end counts +1), the host's latest A/A variance components per endpoint (pooled in, and a
+    floor), the equivalence margin (a share) and TTFT p95's own where it has one, and a sequential compare's look
+    (its boundaries, and what earlier looks decided)."""
+
+    order: Sequence[int] = ()
+    host: Mapping[str, Components] = field(default_factory=dict)
+    margin: float = MARGIN
+    ttft_margin: float | None = None
+    looks: Looks | None = None
+
+
 def judge_endpoints(base: RunSummary | None, stack: RunSummary | None, levels: Sequence[float],
-                    order: Sequence[int], host: dict[str, Components], margin: float, looks: Looks | None = None,
-                    ttft_margin: float | None = None) -> tuple[dict[str, list[Verdict]], dict[str, Components]]:
+                    design: Design) -> tuple[dict[str, list[Verdict]], dict[str, Components]]:
     """Per endpoint, one Verdict per level (levels: those that get a verdict), and this compare's own variance
-    components (what a later compare floors at, when this is an A/A). order: +1/-1 per pair index. looks: a
-    sequential compare's look (its boundaries, and what earlier looks decided); ttft_margin: TTFT p95's equivalence
-    margin where it has its own."""
+    components (what a later compare floors at, when this is an A/A)."""
+    order, host, looks = design.order, design.host, design.looks
     verdicts: dict[str, list[Verdict]] = {}
     own: dict[str, Components] = {}
     for ep in ENDPOINTS:
-        m = ttft_margin if ep.key == "ttft_p95" and ttft_margin else margin
+        m = design.ttft_margin if ep.key == "ttft_p95" and design.ttft_margin else design.margin
         if not levels:
             verdicts[ep.key] = []
             continue
@@ -89,7 +101,7 @@ def judge_endpoints(base: RunSummary | None, stack: RunSummary | None, levels: S
         for rows, cols in groups.items():
             sub = d[np.ix_(list(rows), cols)] if rows else np.empty((0, len(cols)))
             look = looks.endpoint(ep.key, [levels[j] for j in cols], ep.log, m) if looks else None
-            for j, v in zip(cols, judge(sub, signs[list(rows)], host.get(ep.key), m, ep.direction, ep.log,
+            for j, v in zip(cols, judge(sub, signs[list(rows)], host.get(ep.key), Criteria(m, ep.direction, ep.log),
                                         look), strict=True):
                 out[j] = v
             if len(cols) == len(levels) and (c := components(sub)) is not None:

@@ -119,13 +119,24 @@ class Look:
         return self.fractions[-1] >= 1.0
 
 
-def calls(est: np.ndarray, se: float, df: float, p: np.ndarray, look: Look, margin: float, direction: int,
-          alpha: float = 0.05) -> list[str]:
+@dataclass(frozen=True)
+class Estimates:
+    """One endpoint's tests at one look: per level the estimate and its (unadjusted) two-sided p-value, with the
+    standard error and degrees of freedom every level shares."""
+
+    est: np.ndarray
+    se: float
+    df: float
+    p: np.ndarray
+
+
+def calls(e: Estimates, look: Look, margin: float, direction: int, alpha: float = 0.05) -> list[str]:
     """Per level, this look's verdict: a level an earlier look decided keeps its verdict; the open ones go through
     Holm's step-down at this look's boundaries (alpha / the hypotheses not yet rejected, then one fewer, ...), and
     those not rejected are `equivalent` when the two one-sided tests of the margin pass at this look's boundary
     (spending 2 x 5%, two-sided) and, before the last look, this look could detect `look.target`; else
-    `inconclusive`."""
+    `inconclusive`. margin: in the estimates' own terms (a log ratio, or a difference of shares)."""
+    est, se, df, p = e.est, e.se, e.df, e.p
     m = len(est)
     out: list[str | None] = [look.earlier[i] if i < len(look.earlier) else None for i in range(m)]
     rejected = sum(v in ("overhead", "gain") for v in out)

@@ -20,17 +20,34 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats as st
 
 from harness.analysis import sequential
-from harness.analysis.sequential import Look
+from harness.analysis.sequential import Estimates, Look
 from harness.schemas import Components, Verdict
 
 ALPHA = 0.05
 POWER = 0.80
 MARGIN = 0.05  # equivalence margin, a share (the profile's `equivalence_margin`)
+
+
+@dataclass(frozen=True)
+class Criteria:
+    """What one endpoint's verdict is judged against: the equivalence margin (a share), which way is better (+1:
+    larger, throughput and goodput; -1: smaller, TTFT: an `overhead` is a change in the bad direction), and whether
+    the differences are log ratios (throughput, TTFT) or differences of shares (goodput)."""
+
+    margin: float = MARGIN
+    direction: int = 1
+    log_scale: bool = True
+
+    @property
+    def bound(self) -> float:
+        """The margin in the differences' own terms."""
+        return self.margin if not self.log_scale else math.log1p(self.margin)
 
 
 def components(d: np.ndarray) -> Components | None:
@@ -72,14 +89,13 @@ def holm(p: Sequence[float | None]) -> list[float | None]:
     return out
 
 
-def judge(d: np.ndarray, order: np.ndarray, host: Components | None = None, margin: float = MARGIN,
-          direction: int = 1, log_scale: bool = True, look: Look | None = None) -> list[Verdict]:
+def judge(d: np.ndarray, order: np.ndarray, host: Components | None = None, criteria: Criteria = Criteria(),
+          look: Look | None = None) -> list[Verdict]:
     """Per-level verdicts of one endpoint. d: stack minus baseline per pair (rows) and level (columns), log
     values for throughput and TTFT, shares for goodput; order: +1/-1 per pair (which side ran first); host: the
-    latest A/A's components (pooled in, and a floor). direction: +1 when larger is better (throughput, goodput),
-    -1 when smaller is (TTFT): an `overhead` is a change in the bad direction. look: a sequential compare's look
-    (harness.analysis.sequential): its boundaries replace the fixed design's 5% and 90%, and what an earlier look
-    decided stays decided."""
+    latest A/A's components (pooled in, and a floor). criteria: the margin, which way is better, and whether d
+    holds log ratios. look: a sequential compare's look (harness.analysis.sequential): its boundaries replace the
+    fixed design's 5% and 90%, and what an earlier look decided stays decided."""
     d = np.asarray(d, dtype=float)
     order = np.asarray(order)
     keep = ~np.isnan(d).any(axis=1)
@@ -103,12 +119,12 @@ def judge(d: np.ndarray, order: np.ndarray, host: Components | None = None, marg
     mde = (t + t_power) * se if look is None else sequential.detectable(se, df, look)
     out = [Verdict(estimate=float(e), lo=float(e - t * se), hi=float(e + t * se), se=se, df=df, p=float(p),
                    mde=mde, pairs=len(d), floored=floored) for e, p in zip(est, ps, strict=True)]
-    bound = margin if not log_scale else math.log1p(margin)
+    bound, direction = criteria.bound, criteria.direction
     for v, ph in zip(out, holm([v.p for v in out]), strict=True):
         v.p_holm = ph
         v.verdict = _call(v, ph, t90, bound, direction)
     if look is not None:
-        for v, call in zip(out, sequential.calls(est, se, df, ps, look, bound, direction), strict=True):
+        for v, call in zip(out, sequential.calls(Estimates(est, se, df, ps), look, bound, direction), strict=True):
             v.verdict = call
     return out
 

@@ -21,12 +21,12 @@ import httpx
 import numpy as np
 import psutil
 
-from harness.bench.floor import floor_level
+from harness.bench.floor import Server, floor_level
 from harness.errors import LayerbenchError
 from harness.load import eventloop
 from harness.load.prompts import PromptGenerator
 from harness.load.protocols import CLIENTS as PROTOCOLS
-from harness.load.runner import run_level
+from harness.load.runner import Hooks, LevelPlan, Sender, run_level
 from harness.results import new_run_id
 from stacks.base import ENGINE_VENV, MODEL_DIR, PROJECT_ROOT, DeploySettings, Stack
 from stacks.sim import SimStack
@@ -79,7 +79,7 @@ def run_layerbench(url: str, c: int, n: int, tokens: int, protocol: str = "opena
     client = PROTOCOLS[protocol](url, "tiny", max_tokens=tokens, timeout_s=120)
     gen = PromptGenerator(new_run_id("bench"), "bench", 32)
     cpu0 = own_cpu_s()
-    run = eventloop.run(run_level(client, gen, c, n, on_measure_start=lambda: reset(url)))
+    run = eventloop.run(run_level(Sender(client, gen), LevelPlan(c, n), Hooks(on_measure_start=lambda: reset(url))))
     cpu = own_cpu_s() - cpu0
     ok = [r for r in run.records if r["ok"]]
     if len(ok) != len(run.records):
@@ -93,7 +93,7 @@ def run_layerbench(url: str, c: int, n: int, tokens: int, protocol: str = "opena
 def run_floor(url: str, c: int, n: int, tokens: int) -> ClientRun:
     port = int(url.rsplit(":", 1)[1])
     cpu0 = own_cpu_s()
-    out, wall = asyncio.run(floor_level("127.0.0.1", port, "tiny", c, n, tokens,
+    out, wall = asyncio.run(floor_level(Server("127.0.0.1", port, "tiny", tokens), c, n,
                                         on_measure_start=lambda: reset(url)))
     cpu = own_cpu_s() - cpu0
     return ClientRun("floor", c, [o[0] for o in out], [o[2] for o in out],

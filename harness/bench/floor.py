@@ -9,6 +9,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 CONTENT = b'"text":"t'  # the reference engine's content events carry "tok "; role/usage events do not
 END = b"0\r\n\r\n"
@@ -31,16 +32,27 @@ async def _one(reader, writer, request: bytes) -> tuple[float, list[float], floa
             return events[0], events, (t - t0) / 1e6, t0
 
 
-async def floor_level(host: str, port: int, model: str, concurrency: int, n: int, max_tokens: int,
-                      on_measure_start: Callable[[], None] | None = None
+@dataclass(frozen=True)
+class Server:
+    """Where the floor sends, and what it asks for: the engine's host and port, the served model's name and the
+    tokens each request streams."""
+
+    host: str
+    port: int
+    model: str
+    max_tokens: int
+
+
+async def floor_level(server: Server, concurrency: int, n: int, on_measure_start: Callable[[], None] | None = None
                       ) -> tuple[list[tuple[float, list[float], float, int]], float]:
     """One warmup wave, then n measured requests: ([(ttft_ms, event_ms, e2e_ms, start_ns)], measured window in s);
     start_ns is the request's start on perf_counter_ns, so start_ns + ttft_ms·1e6 is when its first event came."""
-    body = json.dumps({"model": model, "prompt": "x" * 64, "max_tokens": max_tokens, "stream": True,
+    host = server.host
+    body = json.dumps({"model": server.model, "prompt": "x" * 64, "max_tokens": server.max_tokens, "stream": True,
                        "ignore_eos": True}).encode()
     request = (f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
                f"Content-Length: {len(body)}\r\n\r\n").encode() + body
-    conns = [await asyncio.open_connection(host, port) for _ in range(concurrency)]
+    conns = [await asyncio.open_connection(host, server.port) for _ in range(concurrency)]
     try:
         await asyncio.gather(*(_one(r, w, request) for r, w in conns))  # warmup wave
         if on_measure_start:

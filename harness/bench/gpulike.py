@@ -21,7 +21,7 @@ from harness.host.dtype import resolved_dtype
 from harness.load import eventloop
 from harness.load.client import StreamClient
 from harness.load.prompts import PromptGenerator
-from harness.load.runner import run_level
+from harness.load.runner import Hooks, LevelPlan, Sender, run_level
 from harness.load.scraper import Scraper
 from harness.profile.schema import EngineSettings, LoadProfile, load_profile
 from harness.reporting.format import fmt, markdown_table
@@ -38,9 +38,9 @@ def _window(stack: Stack, profile: LoadProfile, client: StreamClient, gen: Promp
     scraper = Scraper(stack.metric_endpoints(), 2.0, tmp / "scrapes.jsonl", policy="boundary")
     with scraper:
         scraper.level = c
-        run = eventloop.run(run_level(client, gen, c, profile.requests_for(c), warmup_waves=1,
-                                      min_duration_s=profile.min_duration_s, process_cpu=stack.process_cpu,
-                                      on_measure_start=lambda: scraper.mark(c, "start")))
+        plan = LevelPlan(c, profile.requests_for(c), warmup_waves=1, min_duration_s=profile.min_duration_s)
+        hooks = Hooks(process_cpu=stack.process_cpu, on_measure_start=lambda: scraper.mark(c, "start"))
+        run = eventloop.run(run_level(Sender(client, gen), plan, hooks))
         scraper.mark(c, "end")
         server = summarise(scraper.new_scrapes())
     cores = {k: v / run.window_s for k, v in run.process_cpu_s.items()} if run.window_s else {}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,12 +28,12 @@ from harness.host import placement
 from harness.load import eventloop
 from harness.load.client import RequestRecord, StreamClient
 from harness.load.prompts import PromptGenerator
-from harness.load.runner import run_level
+from harness.load.runner import Hooks, LevelPlan, Sender, run_level
 from harness.load.scraper import Scraper
-from harness.profile.schema import load_profile
+from harness.profile.schema import LoadProfile, load_profile
 from harness.reporting.format import markdown_table
 from harness.results import new_run_id
-from stacks.base import DeploySettings
+from stacks.base import DeploySettings, Stack
 
 LEVELS = (1, 4, 16)
 ROUNDS = 3
@@ -44,18 +45,32 @@ WINDOW_REQUESTS, WINDOW_PER_SLOT, WINDOW_MIN_S = 60, 15, 6.0
 METRICS = (("ttft_p50", "TTFT p50 ms"), ("ttft_p95", "TTFT p95 ms"), ("tok_s", "tok/s"), ("lag_p95", "loop lag p95 ms"))
 
 
-def _window(stack, profile, client: StreamClient, gen: PromptGenerator, cond: str, c: int, rnd: int,
-            tmp: Path, client_nice: int) -> dict:
+@dataclass(frozen=True)
+class Setup:
+    """What every window shares: the deployed engine, the quick profile, the client and its prompts, a scratch
+    folder for the scrapes, and the client's usual nice value."""
+
+    stack: Stack
+    profile: LoadProfile
+    client: StreamClient
+    gen: PromptGenerator
+    tmp: Path
+    client_nice: int
+
+
+def _window(setup: Setup, cond: str, c: int, rnd: int) -> dict:
+    stack, profile, client, gen, client_nice = setup.stack, setup.profile, setup.client, setup.gen, setup.client_nice
     policy = "none" if cond == "none" else "interval" if cond == "interval" else "boundary"
     nice = 0 if "nice 0" in cond else client_nice
     placement.set_client_nice(nice)  # the scraper spawned below inherits it
-    scraper = Scraper(stack.metric_endpoints(), INTERVAL_S, tmp / "scrapes.jsonl", policy=policy)
+    scraper = Scraper(stack.metric_endpoints(), INTERVAL_S, setup.tmp / "scrapes.jsonl", policy=policy)
     try:
         with scraper:
             scraper.level = c
-            run = eventloop.run(run_level(client, gen, c, max(WINDOW_REQUESTS, WINDOW_PER_SLOT * c), repeat=rnd,
-                                          warmup_waves=profile.warmup_waves, min_duration_s=WINDOW_MIN_S,
-                                          on_measure_start=lambda: scraper.mark(c, "start")))
+            plan = LevelPlan(c, max(WINDOW_REQUESTS, WINDOW_PER_SLOT * c), repeat=rnd,
+                             warmup_waves=profile.warmup_waves, min_duration_s=WINDOW_MIN_S)
+            run = eventloop.run(run_level(Sender(client, gen), plan,
+                                          Hooks(on_measure_start=lambda: scraper.mark(c, "start"))))
             scraper.mark(c, "end")
             scrapes = scraper.new_scrapes()
     finally:
@@ -88,13 +103,14 @@ def measure(progress: Progress) -> list[dict]:
         client = StreamClient(ep.base_url, ep.model, max_tokens=profile.output_tokens, timeout_s=120)
         gen = PromptGenerator(new_run_id("observer"), "observer", profile.input_tokens,
                               stack.settings.model_path / "tokenizer.json")
+        setup = Setup(stack, profile, client, gen, Path(tmp), client_nice)
         for c in LEVELS:
             for rnd in range(ROUNDS):
                 # rotate the order each round so drift within a round hits every condition alike
                 order = CONDITIONS[rnd % len(CONDITIONS):] + CONDITIONS[:rnd % len(CONDITIONS)]
                 for cond in order:
                     progress.update(task, description=f"observer effect c={c} round {rnd + 1} {cond}")
-                    out.append(_window(stack, profile, client, gen, cond, c, rnd, Path(tmp), client_nice))
+                    out.append(_window(setup, cond, c, rnd))
                     progress.advance(task)
     return out
 

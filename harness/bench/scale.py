@@ -29,8 +29,9 @@ from harness.errors import LayerbenchError
 from harness.load import eventloop
 from harness.load.client import RequestRecord, StreamClient
 from harness.load.levels import Driver
-from harness.load.openloop import run_rate_level
+from harness.load.openloop import RatePlan, run_rate_level
 from harness.load.prompts import PromptGenerator
+from harness.load.runner import Sender
 from harness.load.workers import WorkerSpec
 from harness.measure.split import Split
 from harness.profile.schema import LoadProfile
@@ -162,8 +163,8 @@ def measure_pacing(ctx: Context, rounds: int) -> dict[str, dict[str, list[float]
         for k in range(rounds):
             for rate in RATES:
                 n = int(rate * PACING_S)
-                run = eventloop.run(run_rate_level(client, PromptGenerator(new_run_id("pace"), "pace", 16), rate, n,
-                                                   seed=k, repeat=k))
+                sender = Sender(client, PromptGenerator(new_run_id("pace"), "pace", 16))
+                run = eventloop.run(run_rate_level(sender, RatePlan(rate, n, repeat=k, seed=k)))
                 recs = [RequestRecord.from_json(r) for r in run.records]
                 delays = sorted(r.dispatch_delay_ms for r in recs)
                 span = (max(r.t_task_ns for r in recs) - min(r.t_due_ns for r in recs)) / 1e9

@@ -4,56 +4,27 @@ deployment settings from a profile and `--opt key=value` pairs."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
 from harness.errors import LayerbenchError
+from harness.procedures.pipeline import Prepared
 from harness.profile.schema import EngineSettings, LoadProfile, load_profile
-from harness.results import RunWriter
 
 # Wide tables stay readable when output goes to a file or CI log instead of a terminal.
 console = Console(width=None if sys.stdout.isatty() else 170)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 170)
 
 
-class Outcome:
-    """How a command's deployments ended; `recorded` fills it and always marks the run folder."""
-
-    def __init__(self) -> None:
-        self.status, self.reason = "failed", None
-
-    def exit_code(self, writer: RunWriter) -> int:
-        """130 after Ctrl-C; LayerbenchError (exit 2) when failed; 0 when complete."""
-        if self.status == "interrupted":
-            err_console.print(f"[yellow]{escape(self.reason)}[/]; measured so far is kept in {writer.dir}")
-            return 130
-        if self.status != "complete":
-            raise LayerbenchError(f"{self.reason}\n(run marked {self.status}: {writer.dir}/run.json)")
-        return 0
-
-
-@contextmanager
-def recorded(writer: RunWriter):
-    """Runs the body; Ctrl-C/SIGTERM and LayerbenchError become the outcome (teardown has already run in the
-    body's `with stack`); run.json is marked complete / failed / interrupted whatever happened."""
-    out = Outcome()
-    try:
-        yield out
-        if out.status == "failed" and out.reason is None:
-            out.status = "complete"
-    except KeyboardInterrupt:
-        out.status, out.reason = "interrupted", "interrupted by the user (Ctrl-C / SIGTERM); deployments torn down"
-    except LayerbenchError as e:
-        out.status, out.reason = "failed", str(e)
-    finally:
-        writer.finish(out.status, out.reason)
+def warn(text: str) -> None:
+    """A run's outcome the user must see, on stderr (an interrupted run: what was kept)."""
+    err_console.print(f"[yellow]{escape(text)}[/]")
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -144,17 +115,6 @@ def settings_for(args: argparse.Namespace, profile: LoadProfile, log_dir: Path):
                           model=model, devices=devices)
 
 
-@dataclass
-class Prepared:
-    """What a deploying command has settled before anything is deployed or written."""
-
-    profile: LoadProfile
-    stack: Any  # stacks.base.Stack
-    run_id: str
-    results: Path
-    cost: Any  # harness.analysis.cost.Price | None
-
-
 def prepare(args: argparse.Namespace, command: str, profile: LoadProfile | None = None,
             run_id: str | None = None) -> Prepared:
     """Every deploying command's first steps, in one order: the GPU price (a bad one refused before anything), the
@@ -171,7 +131,7 @@ def prepare(args: argparse.Namespace, command: str, profile: LoadProfile | None 
     results = Path(args.results_dir)
     stack = stack_cls(settings_for(args, profile, results / run_id / "logs"))
     check_workload(profile, stack.settings.model_path / "tokenizer.json")
-    return Prepared(profile=profile, stack=stack, run_id=run_id, results=results, cost=cost)
+    return Prepared(profile=profile, stack=stack, run_id=run_id, results=results, cost=cost, name=args.stack)
 
 
 def check_workload(profile: LoadProfile, tokenizer: Path) -> None:
@@ -189,3 +149,27 @@ def check_workload(profile: LoadProfile, tokenizer: Path) -> None:
                   + (f"; {d.skipped:,} longer than max_model_len {profile.engine.max_model_len} skipped"
                      if d.skipped else "")
                   + (f"; {d.malformed:,} records without a prompt and an answer skipped" if d.malformed else ""))
+
+
+def load_shard(args: argparse.Namespace, profile):
+    """(this load process's Shard, the sweep that runs it) for `run --shards N` (one of N load pods of a side:
+    the index from --shard-index, or an Indexed Job's JOB_COMPLETION_INDEX), else (None, the usual sweep)."""
+    from harness.load.barrier import Barrier, Shard
+    from harness.measure.sweep import measure
+
+    count = getattr(args, "shards", None) or 1
+    if count == 1:
+        return None, measure
+    index = args.shard_index if args.shard_index is not None else int(os.environ.get("JOB_COMPLETION_INDEX", "-1"))
+    if not 0 <= index < count:
+        raise LayerbenchError(f"--shards {count} needs --shard-index 0..{count - 1} (or JOB_COMPLETION_INDEX)")
+    if not args.barrier:
+        raise LayerbenchError("--shards needs --barrier HOST:PORT, where load process 0 listens")
+    shard = Shard(index, count, Barrier(index, count, args.barrier))
+    shard.check(profile.levels(), profile.open_loop)
+    from harness.measure.run import Windows
+
+    def sharded(stack, run, summary, at=None):  # noqa: ANN001, ANN202  (harness.measure.session.SweepFn)
+        return measure(stack, run, summary, replace(at or Windows(), shard=shard))
+
+    return shard, sharded

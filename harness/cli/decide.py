@@ -6,15 +6,16 @@ report modules."""
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from pathlib import Path
 
 from harness.cli import inputs
-from harness.cli.common import add_model_arguments, console, prepare, recorded
+from harness.cli.common import add_model_arguments, console, prepare, warn
 from harness.errors import LayerbenchError
+from harness.measure.run import Output
+from harness.procedures.pipeline import failure_reason, open_run, recorded
 from harness.profile.schema import EngineSettings
-from harness.results import RESULTS_DIR, RunWriter
+from harness.results import RESULTS_DIR
 
 
 def _local_only(args: argparse.Namespace, what: str) -> None:
@@ -27,7 +28,7 @@ def _local_only(args: argparse.Namespace, what: str) -> None:
 
 
 def cmd_capacity(args: argparse.Namespace) -> int:
-    from harness.measure.session import baseline_then_stack, place, sides
+    from harness.measure.session import baseline_then_stack, sides
     from harness.procedures.capacity import gauge_profile, searcher
     from harness.reporting.capacity_report import write
     from harness.schemas import SLA, CapacitySummary
@@ -44,10 +45,10 @@ def cmd_capacity(args: argparse.Namespace) -> int:
                               "that names its bare vLLM (not endpoint)")
     targets = sides(stack) if args.baseline else [("stack", stack)]
     ceiling = args.max_level or (1000.0 if profile.open_loop else 4 * profile.engine.max_num_seqs)
-    writer = RunWriter(run_id, Path(args.results_dir), meta={
-        "command": "capacity", "stack": args.stack, "profile": profile.model_dump(), "sla": sla.model_dump(),
-        "baseline": args.baseline, "ceiling": ceiling, "placement": place(profile), "pid": os.getpid(),
-        "options": dict(stack.settings.options)})
+    run = open_run(p, "capacity", Output.to(console), {
+        "profile": profile.model_dump(), "sla": sla.model_dump(), "baseline": args.baseline, "ceiling": ceiling,
+        "options": dict(stack.settings.options)}).with_repeats(1)
+    writer = run.writer
     console.print(f"capacity [bold]{run_id}[/]: {args.stack}" + (" and its baseline" if args.baseline else "")
                   + f" at {sla.text()} → {writer.dir}")
     summary = CapacitySummary(run_id=run_id, stack=args.stack, shape=stack.shape(), profile=profile.name, sla=sla,
@@ -63,12 +64,11 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     measured = None
     with recorded(writer) as outcome:
-        measured = baseline_then_stack(targets, profile, writer, console, 1,
-                                       sweep=searcher(sla, float(ceiling), keep, args.repeats or 1))
+        measured = baseline_then_stack(targets, run, sweep=searcher(sla, float(ceiling), keep, args.repeats or 1))
         summary.failures = dict(measured.failures)
-        summary.versions = {label: run.engine_version for label, run in measured.runs.items()}
+        summary.versions = {label: side.engine_version for label, side in measured.runs.items()}
         if measured.failures:
-            outcome.reason = "; ".join(f"{k}: {v.splitlines()[0]}" for k, v in measured.failures.items())
+            outcome.reason = failure_reason(measured.failures)
     summary.status, summary.wall_s = outcome.status, time.monotonic() - t0
     summary.finish()
     writer.write_json("summary.json", summary.model_dump())
@@ -78,11 +78,11 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     writer.scrub(report.parent)
     console.print(report.read_text(), markup=False, highlight=False)
     console.print(f"report: {report} (+ report.html, capacity.png); results: {writer.dir} (status: {outcome.status})")
-    return outcome.exit_code(writer)
+    return outcome.exit_code(writer, warn)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from harness.measure.session import baseline_then_stack, place
+    from harness.measure.session import baseline_then_stack
     from harness.procedures.variants import plan, settle
     from harness.reporting.variants_report import write
     from harness.schemas.sweep import Point, SweepSummary
@@ -108,10 +108,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         kind = "setting" if args.setting else "option"
         key, values, targets, points = plan(kind, args.setting or args.option, get_stack(args.stack), settings)
     repeats = args.repeats or profile.repeats
-    writer = RunWriter(run_id, Path(args.results_dir), meta={
-        "command": "sweep", "stack": args.stack, "kind": kind, "key": key, "values": values, "repeats": repeats,
-        "profile": profile.model_dump(), "placement": place(profile), "pid": os.getpid(),
-        "options": dict(settings.options)})
+    p.profile = profile
+    run = open_run(p, "sweep", Output.to(console), {
+        "kind": kind, "key": key, "values": values, "repeats": repeats, "profile": profile.model_dump(),
+        "options": dict(settings.options)}).with_repeats(repeats)
+    writer = run.writer
     console.print(f"sweep [bold]{run_id}[/]: {args.stack} by {key} = {', '.join(values)} "
                   f"({len(targets)} deployments, one at a time) → {writer.dir}")
     summary = SweepSummary(run_id=run_id, stack=args.stack, kind=kind, key=key, values=values, profile=profile.name,
@@ -130,10 +131,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         writer.write_json("summary.json", summary.model_dump())
 
     with recorded(writer) as outcome:
-        measured = baseline_then_stack(targets, profile, writer, console, repeats, after_side=keep,
-                                       profiles=profiles)
+        measured = baseline_then_stack(targets, run, after_side=keep, profiles=profiles)
         if measured.failures:  # the other points are measured and reported; the exit code still says it
-            outcome.reason = "; ".join(f"{k}: {v.splitlines()[0]}" for k, v in measured.failures.items())
+            outcome.reason = failure_reason(measured.failures)
     summary.status, summary.wall_s = outcome.status, time.monotonic() - t0
     if measured is not None:
         keep(measured)
@@ -144,7 +144,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     writer.scrub(report.parent)
     console.print(report.read_text(), markup=False, highlight=False)
     console.print(f"report: {report} (+ report.html, sweep.png); results: {writer.dir} (status: {outcome.status})")
-    return outcome.exit_code(writer)
+    return outcome.exit_code(writer, warn)
 
 
 def _kv_tables(measured, engines: dict[str, EngineSettings], model_dir: Path) -> list:

@@ -6,7 +6,6 @@ tears the deployment down, keeps what was measured and marks the run interrupted
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -17,14 +16,17 @@ from harness.cli.common import (
     add_model_arguments,
     console,
     err_console,
+    load_shard,
     prepare,
     profile_for,
-    recorded,
+    warn,
 )
-from harness.cli.targets import add_target_arguments, check_target, run_target
+from harness.cli.targets import TargetRun, add_target_arguments, check_target, run_target
 from harness.errors import LayerbenchError
+from harness.measure.run import Output
+from harness.procedures.pipeline import failure_reason, open_run, recorded
 from harness.profile.schema import load_profile
-from harness.results import RESULTS_DIR, RunWriter
+from harness.results import RESULTS_DIR
 from stacks.base import parse_options
 
 
@@ -32,24 +34,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     p = prepare(args, "run")
     profile, cost, stack, run_id = p.profile, p.cost, p.stack, p.run_id
     if args.target != "local" or args.dry_run:
-        return run_target("run", args, stack, profile, run_id, args.repeats, console)
-    from harness.measure.session import deploy_and_measure, place
+        return run_target(TargetRun("run", args, stack, profile, run_id, args.repeats), console)
+    from harness.measure.run import Side
+    from harness.measure.session import deploy_and_measure
     from harness.reporting.run_report import cost_markdown, summary_markdown
     from harness.reporting.terminal import run_summary
 
     shard, sweep = load_shard(args, profile)
     if shard is not None and shard.index > 0:  # one pod reads the metric endpoints for the side, not every pod
-        profile = profile.model_copy(update={"scrape": "none"})
-    writer = RunWriter(run_id, Path(args.results_dir), meta={
-        "command": "run", "stack": args.stack, "profile": profile.model_dump(), "placement": place(profile),
-        "pid": os.getpid(), **({"pod": shard.index, "pods": shard.count} if shard else {}),
-        "clock": {"wall_minus_perf_ns": time.time_ns() - time.perf_counter_ns()}})
+        profile = p.profile = profile.model_copy(update={"scrape": "none"})
+    run = open_run(p, "run", Output.to(console), {
+        "profile": profile.model_dump(), **({"pod": shard.index, "pods": shard.count} if shard else {}),
+        "clock": {"wall_minus_perf_ns": time.time_ns() - time.perf_counter_ns()}}).with_repeats(args.repeats)
+    writer = run.writer
     console.print(f"run [bold]{run_id}[/] → {writer.dir}")
     t0 = time.monotonic()
     summary = None
     with recorded(writer) as outcome:
         with stack:
-            summary = deploy_and_measure(stack, profile, writer, args.stack, console, args.repeats, sweep=sweep)
+            summary = deploy_and_measure(stack, run, Side(args.stack), sweep)
         if shard is not None and shard.barrier is not None:
             shard.barrier.close()
     partial = writer.dir / "summary.json"
@@ -64,28 +67,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                                                + (cost_markdown(summary, cost, time.monotonic() - t0) if cost else ""))
         writer.scrub()
     run_summary(console, summary, writer.dir, outcome.status)
-    return outcome.exit_code(writer)
-
-
-def load_shard(args: argparse.Namespace, profile):
-    """(this load process's Shard, the sweep that runs it) for `run --shards N` (one of N load pods of a side:
-    the index from --shard-index, or an Indexed Job's JOB_COMPLETION_INDEX), else (None, the usual sweep)."""
-    import functools
-
-    from harness.load.barrier import Barrier, Shard
-    from harness.measure.sweep import measure
-
-    count = getattr(args, "shards", None) or 1
-    if count == 1:
-        return None, measure
-    index = args.shard_index if args.shard_index is not None else int(os.environ.get("JOB_COMPLETION_INDEX", "-1"))
-    if not 0 <= index < count:
-        raise LayerbenchError(f"--shards {count} needs --shard-index 0..{count - 1} (or JOB_COMPLETION_INDEX)")
-    if not args.barrier:
-        raise LayerbenchError("--shards needs --barrier HOST:PORT, where load process 0 listens")
-    shard = Shard(index, count, Barrier(index, count, args.barrier))
-    shard.check(profile.levels(), profile.open_loop)
-    return shard, functools.partial(measure, shard=shard)
+    return outcome.exit_code(writer, warn)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -112,35 +94,33 @@ def cmd_compare(args: argparse.Namespace) -> int:
             raise LayerbenchError(why)
     pairs_plan = plan_pairs(profile, args, results)
     if args.target != "local" or args.dry_run:
-        return run_target("compare", args, stack, profile, run_id, repeats, console)
-    from harness.measure.session import place
+        return run_target(TargetRun("compare", args, stack, profile, run_id, repeats), console)
     from harness.procedures.compare import run_compare
     from harness.reporting.report import REPORTS_DIR
     from harness.reporting.terminal import compare_summary
 
-    placement = place(profile)
-    invocation = plan.invocation if plan else 0
     allow_mismatch = plan.allow_version_mismatch if plan else args.allow_version_mismatch
-    meta = {"command": "compare", "stack": args.stack, "repeats": repeats, "profile": profile.model_dump(),
-            "options": dict(stack.settings.options), "placement": placement, "pid": os.getpid(),
-            "allow_version_mismatch": allow_mismatch, **({"invocations": plan.history} if plan else {})}
-    writer = RunWriter(run_id, results, meta=meta, resume=plan is not None)
-    verb = f"resume {invocation} of" if plan else "compare"
+    run = open_run(p, "compare", Output.to(console), {
+        "repeats": repeats, "profile": profile.model_dump(), "options": dict(stack.settings.options),
+        "allow_version_mismatch": allow_mismatch, **({"invocations": plan.history} if plan else {})},
+        plan).with_repeats(repeats)
+    writer = run.writer
+    verb = f"resume {run.invocation} of" if plan else "compare"
     console.print(f"{verb} [bold]{run_id}[/]: {args.stack} vs its version-matched baseline → {writer.dir}")
     summary = None
     with recorded(writer) as outcome:
-        summary = run_compare(stack, profile, writer, console, repeats, allow_mismatch, plan, placement, pairs_plan)
+        summary = run_compare(stack, run, allow_mismatch, pairs_plan)
         if summary.failures:  # the stack died: what it measured is kept and reported
-            outcome.reason = "; ".join(f"{k}: {v.splitlines()[0]}" for k, v in summary.failures.items())
+            outcome.reason = failure_reason(summary.failures)
     if summary is None:
-        return outcome.exit_code(writer)
+        return outcome.exit_code(writer, warn)
     from harness.reporting.compare_report import write_compare_report
 
     report = write_compare_report(summary, profile.engine, writer.dir, Path(args.reports_dir or REPORTS_DIR) / run_id,
                                   cost)
     writer.scrub(report.parent)
     compare_summary(console, summary, report, writer.dir, outcome.status)
-    return outcome.exit_code(writer)
+    return outcome.exit_code(writer, warn)
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -152,21 +132,21 @@ def cmd_audit(args: argparse.Namespace) -> int:
         "warmup_waves": 0, "repeats": 1}))
     profile, stack, run_id = p.profile, p.stack, p.run_id
     if args.target != "local" or args.dry_run:
-        return run_target("audit", args, stack, profile, run_id, None, console)
+        return run_target(TargetRun("audit", args, stack, profile, run_id, None), console)
     from harness.analysis.audit import audit_from_scrapes
-    from harness.measure.session import baseline_then_stack, place
+    from harness.measure.session import baseline_then_stack
     from harness.reporting.report import audit_gist, audit_markdown
     from harness.reporting.terminal import markup
     from harness.results import read_jsonl
 
-    writer = RunWriter(run_id, Path(args.results_dir), meta={"command": "audit", "stack": args.stack,
-                                                            "placement": place(profile), "pid": os.getpid()})
+    run = open_run(p, "audit", Output.to(console)).with_repeats(1)
+    writer = run.writer
     # a stack without a baseline (an endpoint) is audited against itself: what its own endpoints expose
     targets = [("baseline", stack.baseline() or stack), ("stack", stack), *stack.audit_shapes()]
     md = [f"# Observability audit: {args.stack} — {run_id}", ""]
     seen: list[str] = []
     with recorded(writer) as outcome:
-        measured = baseline_then_stack(targets, profile, writer, console, 1, keep_going=False)
+        measured = baseline_then_stack(targets, run, keep_going=False)
         scrapes = read_jsonl(writer.dir / "scrapes.jsonl")
         for label, target in targets[1:]:  # each shape measured, against the same baseline
             if label not in measured.live:
@@ -180,13 +160,13 @@ def cmd_audit(args: argparse.Namespace) -> int:
             md += audit_markdown(result, None if len(targets) == 2 else label)
             seen += audit_gist(result, None if len(targets) == 2 else label)
         if measured.failures:  # what was audited before the failure is written above
-            outcome.reason = "; ".join(f"{k}: {v.splitlines()[0]}" for k, v in measured.failures.items())
+            outcome.reason = failure_reason(measured.failures)
     if len(md) > 2:
         (writer.dir / "audit.md").write_text("\n".join(md))
         for line in seen:  # the gist; the families, endpoints and ports are in audit.md
             console.print(markup(line))
         console.print(f"audit: {writer.dir}/audit.md", highlight=False)
-    return outcome.exit_code(writer)
+    return outcome.exit_code(writer, warn)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

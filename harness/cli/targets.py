@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,7 @@ from harness.profile.schema import LoadProfile
 
 if TYPE_CHECKING:  # the stacks are imported when a target is used, not whenever the command line is
     from harness.targets.k8s.plan import ClusterSettings
+    from harness.targets.remote_run import Where
     from stacks.base import Stack
 
 TARGETS = ("local", "docker", "k8s")
@@ -46,35 +48,38 @@ def check_target(args: argparse.Namespace) -> None:
         raise LayerbenchError(f"--resume continues a local compare; it cannot be combined with --target {target}")
 
 
-def run_target(command: str, args: argparse.Namespace, stack: Stack, profile: LoadProfile, run_id: str,
-               repeats: int | None, console: Console) -> int:
-    """Render, validate and (unless --dry-run) deploy `command`'s sides on the docker or k8s target; on the local
+@dataclass(frozen=True)
+class TargetRun:
+    """A command on the docker or k8s target (or a local dry run): what it runs, as the command line asked."""
+
+    command: str
+    args: argparse.Namespace
+    stack: Stack
+    profile: LoadProfile
+    run_id: str
+    repeats: int | None
+
+
+def run_target(req: TargetRun, console: Console) -> int:
+    """Render, validate and (unless --dry-run) deploy the command's sides on the docker or k8s target; on the local
     target (--dry-run only) write the plan. A compare ends in its report, as a local one does."""
-    return _run_target(command, args, stack, profile, run_id, repeats, console)
-
-
-def _run_target(command: str, args: argparse.Namespace, stack: Stack, profile: LoadProfile, run_id: str,
-                repeats: int | None, console: Console) -> int:
-    """Render, validate and (unless --dry-run) deploy `command`'s sides on the docker or k8s target; on the local
-    target (--dry-run only) write the plan."""
-    if args.target == "local":
-        return _local_plan(command, args, stack, profile, run_id, repeats, console)
+    if req.args.target == "local":
+        return _local_plan(req, console)
     from harness.targets.k8s.plan import load_cluster_settings
 
-    settings = load_cluster_settings(args.cluster_config)
-    out = Path(args.results_dir) / run_id
-    if args.target == "docker":
-        return _docker(command, args, stack, profile, settings, run_id, repeats, out, console)
-    return _k8s(command, args, stack, profile, settings, run_id, repeats, out, console)
+    settings = load_cluster_settings(req.args.cluster_config)
+    out = Path(req.args.results_dir) / req.run_id
+    if req.args.target == "docker":
+        return _docker(req, settings, out, console)
+    return _k8s(req, settings, out, console)
 
 
-def _local_plan(command: str, args: argparse.Namespace, stack: Stack, profile: LoadProfile, run_id: str,
-                repeats: int | None, console: Console) -> int:
+def _local_plan(req: TargetRun, console: Console) -> int:
     from harness.procedures.dryrun import build_plan, write_plan
     from harness.reporting.terminal import plan_lines
 
-    plan = build_plan(command, stack, profile, run_id, repeats)
-    path = write_plan(plan, Path(args.results_dir))
+    plan = build_plan(req.command, req.stack, req.profile, req.run_id, req.repeats)
+    path = write_plan(plan, Path(req.args.results_dir))
     for line in plan_lines(plan):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     console.print(f"dry run: nothing was deployed, downloaded or installed; plan: {path}", highlight=False)
@@ -88,13 +93,16 @@ def _refuse(what: str, problems: list[str]) -> None:
                               + "\n".join(f"  {p}" for p in problems))
 
 
-def _k8s(command: str, args: argparse.Namespace, stack: Stack, profile: LoadProfile, settings: ClusterSettings,
-         run_id: str, repeats: int | None, out: Path, console: Console) -> int:
+def _k8s(req: TargetRun, settings: ClusterSettings, out: Path, console: Console) -> int:
+    command, args, stack, profile, run_id, repeats = req.command, req.args, req.stack, req.profile, req.run_id, \
+        req.repeats
     from harness.targets.k8s.render import render_plan, write_plan
+    from harness.targets.k8s.render_load import LoadCommand
     from harness.targets.k8s.validate import plan_problems
+    from harness.targets.remote_run import Where
 
     def rendered(cs: ClusterSettings):
-        p = render_plan(stack, profile, cs, run_id, command, repeats)
+        p = render_plan(stack, profile, cs, run_id, LoadCommand(command, repeats))
         _refuse("the rendered manifests", plan_problems(p, settings.k8s_version))
         return p, write_plan(p, out / "manifests")
 
@@ -107,24 +115,24 @@ def _k8s(command: str, args: argparse.Namespace, stack: Stack, profile: LoadProf
     if args.dry_run:
         console.print("dry run: nothing was applied")
         return 0
-    from harness.targets.k8s.runner import run_plan
+    from harness.targets.k8s.runner import RunOptions, run_plan
 
     allow = bool(getattr(args, "allow_version_mismatch", False))
     if command == "compare":
-        _plan_compare(stack, profile, run_id, repeats, "k8s", plan.settings or settings, plan.sides[-1].aliases,
+        _plan_compare(req, Where("k8s", (plan.settings or settings).model, (plan.settings or settings).model_revision,
+                                 plan.sides[-1].aliases, {"namespace": (plan.settings or settings).namespace}),
                       out, allow)
     return _finish(command, args, out, console, lambda: run_plan(
-        plan, settings, out, console, allow_version_mismatch=allow,
-        rerender=lambda v: rendered(settings.model_copy(update={"vllm_version": v}))[0]))
+        plan, settings, out, console, RunOptions(
+            allow_version_mismatch=allow,
+            rerender=lambda v: rendered(settings.model_copy(update={"vllm_version": v}))[0])))
 
 
-def _plan_compare(stack: Stack, profile: LoadProfile, run_id: str, repeats: int | None, target: str,
-                  cs: ClusterSettings, aliases: tuple[str, ...], out: Path, allow: bool) -> None:
+def _plan_compare(req: TargetRun, where: Where, out: Path, allow: bool) -> None:
     from harness.targets.remote_run import skeleton, write_plan_file
 
-    summary = skeleton(stack, profile, run_id, repeats, target, cs.model, cs.model_revision, aliases,
-                       {"namespace": cs.namespace} if target == "k8s" else {})
-    write_plan_file(out, summary, profile, stack.observability_note(), allow)
+    summary = skeleton(req.stack, req.profile, req.run_id, req.repeats, where)
+    write_plan_file(out, summary, req.profile, req.stack.observability_note(), allow)
 
 
 def _finish(command: str, args: argparse.Namespace, out: Path, console: Console, run) -> int:
@@ -156,15 +164,17 @@ def _finish(command: str, args: argparse.Namespace, out: Path, console: Console,
     return rc
 
 
-def _docker(command: str, args: argparse.Namespace, stack: Stack, profile: LoadProfile, settings: ClusterSettings,
-            run_id: str, repeats: int | None, out: Path, console: Console) -> int:
+def _docker(req: TargetRun, settings: ClusterSettings, out: Path, console: Console) -> int:
+    command, args, stack, profile, run_id, repeats = req.command, req.args, req.stack, req.profile, req.run_id, \
+        req.repeats
     from harness.targets.k8s.docker import command_problems, docker_answers, render_docker, run_commands, write_docker
+    from harness.targets.remote_run import Where
 
     plan = render_docker(stack, profile, settings, run_id, command, repeats)
     _refuse("the rendered docker commands", command_problems(plan, settings))
     paths = write_docker(plan, settings, f"{command} --stack {stack.kind}", out / "docker")
     if command == "compare":
-        _plan_compare(stack, profile, run_id, repeats, "docker", plan.settings, plan.aliases, out,
+        _plan_compare(req, Where("docker", plan.settings.model, plan.settings.model_revision, plan.aliases), out,
                       bool(getattr(args, "allow_version_mismatch", False)))
     live = not args.dry_run and docker_answers()
     console.print(f"{command} [bold]{run_id}[/] on docker: commands written"
@@ -185,6 +195,7 @@ def run_capacity(args: argparse.Namespace, stack: Stack, profile: LoadProfile, s
     Service (one level at a time, as locally), and the sides' results make one capacity report."""
     from harness.targets.k8s.plan import load_cluster_settings
     from harness.targets.k8s.render import render_plan, write_plan
+    from harness.targets.k8s.render_load import LoadCommand
     from harness.targets.k8s.runner import run_plan
     from harness.targets.k8s.validate import plan_problems
 
@@ -194,7 +205,8 @@ def run_capacity(args: argparse.Namespace, stack: Stack, profile: LoadProfile, s
     out = Path(args.results_dir) / run_id
     extra = ["--sla-ttft-p95", str(sla.ttft_p95_s), *(["--sla-itl-p95", str(sla.itl_p95_s)] if sla.itl_p95_s else []),
              *(["--max-level", str(args.max_level)] if args.max_level else [])]
-    plan = render_plan(stack, profile, settings, run_id, "capacity", args.repeats, tuple(extra), args.baseline)
+    plan = render_plan(stack, profile, settings, run_id, LoadCommand("capacity", args.repeats, tuple(extra)),
+                       args.baseline)
     _refuse("the rendered manifests", plan_problems(plan, settings.k8s_version))
     for path in write_plan(plan, out / "manifests"):
         console.print(f"  {path}", markup=False, highlight=False)

@@ -86,15 +86,16 @@ class StreamClient:
     """Builds requests for one wire protocol and measures one streamed response."""
 
     protocol = "openai"
+    temperature = 0.0  # greedy: every request of both sides of a compare samples alike
 
     def __init__(self, base_url: str, model: str, api: str = "completions", max_tokens: int = 64,
-                 ignore_eos: bool = True, timeout_s: float = 120.0, temperature: float = 0.0):
+                 ignore_eos: bool = True, timeout_s: float = 120.0):
         u = urlsplit(base_url)
         self.host = u.hostname or "127.0.0.1"
         self.port = u.port or (443 if u.scheme == "https" else 80)
         self.prefix = u.path.rstrip("/")
         self.model, self.api, self.max_tokens = model, api, max_tokens
-        self.ignore_eos, self.timeout_s, self.temperature = ignore_eos, timeout_s, temperature
+        self.ignore_eos, self.timeout_s = ignore_eos, timeout_s
         self.keep_text = False  # multi-turn chats: each answer goes into the next turn's prompt
 
     def connection(self) -> Connection:

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 from harness.load.barrier import Shard
 from harness.load.client import RequestRecord, StreamClient
-from harness.load.openloop import run_rate_level, warm_open, warmup_requests
+from harness.load.openloop import RatePlan, run_rate_level, warm_open, warmup_requests
 from harness.load.prompts import PromptGenerator
-from harness.load.runner import LevelRun, run_level, warm
+from harness.load.runner import Hooks, LevelPlan, LevelRun, Sender, run_level, warm
 from harness.profile.schema import LoadProfile
 
 Callback = Callable[[RequestRecord], None]
@@ -33,6 +33,10 @@ class Driver:
     def open_loop(self) -> bool:
         return self.profile.open_loop
 
+    @property
+    def sender(self) -> Sender:
+        return Sender(self.client, self.gen, self.dead)
+
     def part(self, n: int) -> int:
         return self.shard.part(n) if self.shard else n
 
@@ -48,20 +52,19 @@ class Driver:
         waves = max(1, self.profile.warmup_waves)
         if self.open_loop:
             n = self.part(warmup_requests(level, waves, self.profile.requests_for(level)))
-            return await warm_open(self.client, self.gen, self.rate(level), n, self.profile.arrival, self.seed,
-                                   on_record, self.dead)
-        return await warm(self.client, self.gen, self.part(int(level)), waves, on_record, self.dead)
+            return await warm_open(self.sender, self.rate(level), n, self.profile.arrival, self.seed, on_record)
+        return await warm(self.sender, self.part(int(level)), waves, on_record)
 
     async def measure(self, level: float, repeat: int, on_record: Callback, on_progress: Callback,
                       process_cpu: Callable, on_measure_start: Callable[[], None]) -> LevelRun:
         """The level's own warmup waves, then its measured window."""
         p = self.profile
-        common = {"repeat": repeat, "warmup_waves": p.warmup_waves, "on_record": on_record,
-                  "on_progress": on_progress, "process_cpu": process_cpu, "on_measure_start": on_measure_start,
-                  "dead": self.dead}
+        hooks = Hooks(on_record, on_progress, process_cpu, on_measure_start)
         n = self.requests(level)
         if self.open_loop:
-            return await run_rate_level(self.client, self.gen, self.rate(level), n, arrival=p.arrival, seed=self.seed,
-                                        **common)
-        return await run_level(self.client, self.gen, self.part(int(level)), n, min_duration_s=p.min_duration_s,
-                               **common)
+            plan = RatePlan(self.rate(level), n, repeat=repeat, warmup_waves=p.warmup_waves, arrival=p.arrival,
+                            seed=self.seed)
+            return await run_rate_level(self.sender, plan, hooks)
+        return await run_level(self.sender, LevelPlan(self.part(int(level)), n, repeat=repeat,
+                                                      warmup_waves=p.warmup_waves, min_duration_s=p.min_duration_s),
+                               hooks)

@@ -20,13 +20,26 @@ import math
 import resource
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from harness.load.client import Connection, RequestRecord, StreamClient
 from harness.load.pacer import pace
-from harness.load.prompts import PromptGenerator
-from harness.load.runner import Flow, LevelRun, judge_client, measured_window, send, stopped, watch
+from harness.load.runner import (
+    NO_HOOKS,
+    Flow,
+    Hooks,
+    LevelRun,
+    Phase,
+    Sender,
+    ignore_record,
+    judge_client,
+    measured_window,
+    send,
+    stopped,
+    watch,
+)
 from harness.schemas import Dist
 
 # One warmup wave of an open-loop level is one second of its schedule (at most the level's request count): it
@@ -89,12 +102,27 @@ class Pool:
             c.close()
 
 
-async def drive_open(client: StreamClient, gen: PromptGenerator, rate: float, repeat: int, phase: str,
-                     offsets: list[int], pool: Pool, on_record: Callable[[RequestRecord], None],
-                     dead: Callable[[], str | None] | None = None, keep: bool = True) -> Flow:
-    """Sends request i at t0 + offsets[i]. As in runner.drive, every request taken is recorded exactly once
-    (sent = recorded), also when the phase is stopped by a dead deployment, Ctrl-C or a failed write."""
+@dataclass(frozen=True)
+class RatePlan:
+    """One open-loop level: `warmup_waves` unmeasured seconds of its schedule, then `requests` measured ones at
+    `rate` req/s, their arrivals `arrival` (poisson, constant) drawn from `seed`."""
+
+    rate: float
+    requests: int
+    repeat: int = 0
+    warmup_waves: int = 1
+    arrival: str = "poisson"
+    seed: int | str = 0
+
+
+async def drive_open(sender: Sender, phase: Phase, offsets: list[int], pool: Pool,
+                     on_record: Callable[[RequestRecord], None]) -> Flow:
+    """Sends request i at t0 + offsets[i] (phase.level: the rate). As in runner.drive, every request taken is
+    recorded exactly once (sent = recorded), also when the phase is stopped by a dead deployment, Ctrl-C or a failed
+    write."""
     clock = time.perf_counter_ns
+    client, gen, dead = sender.client, sender.gen, sender.dead  # locals: each request reads them
+    rate, repeat, name, keep = phase.level, phase.repeat, phase.name, phase.keep
     flow = Flow(len(offsets), 0.0)
     tasks: list[asyncio.Task] = []  # the scheduler, then every request; runner.watch cancels them all
     failure: list[BaseException] = []
@@ -124,7 +152,7 @@ async def drive_open(client: StreamClient, gen: PromptGenerator, rate: float, re
         began = clock()
         if flow.take() is None:  # taken once started: a task cancelled before it ran sent nothing
             return
-        rec = RequestRecord(level=rate, index=i, repeat=repeat, phase=phase, t_due_ns=due,  # type: ignore[arg-type]
+        rec = RequestRecord(level=rate, index=i, repeat=repeat, phase=name, t_due_ns=due,  # type: ignore[arg-type]
                             t_task_ns=began)
         conn = None
         try:
@@ -177,42 +205,34 @@ async def _until_done(flow: Flow, tasks: list[asyncio.Task], finished: asyncio.E
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def warm_open(client: StreamClient, gen: PromptGenerator, rate: float, n: int, arrival: str = "poisson",
-                    seed: int | str = 0, on_record: Callable[[RequestRecord], None] = lambda r: None,
-                    dead: Callable[[], str | None] | None = None) -> str | None:
+async def warm_open(sender: Sender, rate: float, n: int, arrival: str = "poisson", seed: int | str = 0,
+                    on_record: Callable[[RequestRecord], None] = ignore_record) -> str | None:
     """n unmeasured requests at one rate (the warmup sweep before the first measured level; n: warmup_requests);
     returns why it stopped early, if it did."""
-    pool = Pool(client)
+    pool = Pool(sender.client)
     try:
-        flow = await drive_open(client, gen, rate, 0, "warmup-sweep", schedule(rate, n, arrival, seed, 0,
-                                "warmup-sweep"), pool, on_record, dead, keep=False)
+        flow = await drive_open(sender, Phase(rate, 0, "warmup-sweep", keep=False),
+                                schedule(rate, n, arrival, seed, 0, "warmup-sweep"), pool, on_record)
         return flow.abort
     finally:
         pool.close()
 
 
-async def run_rate_level(client: StreamClient, gen: PromptGenerator, rate: float, n_requests: int,
-                         *, arrival: str = "poisson", seed: int | str = 0, repeat: int = 0, warmup_waves: int = 1,
-                         on_record: Callable[[RequestRecord], None] = lambda r: None,
-                         on_progress: Callable[[RequestRecord], None] = lambda r: None,
-                         process_cpu: Callable[[], dict[int, tuple[str, float]]] | None = None,
-                         on_measure_start: Callable[[], None] | None = None,
-                         dead: Callable[[], str | None] | None = None) -> LevelRun:
-    """One open-loop level: `warmup_waves` unmeasured seconds of its schedule, then n_requests measured ones."""
-    pool = Pool(client)
+async def run_rate_level(sender: Sender, plan: RatePlan, hooks: Hooks = NO_HOOKS) -> LevelRun:
+    """One open-loop level: `warmup_waves` unmeasured seconds of its schedule, then its measured requests."""
+    rate, repeat, arrival, seed = plan.rate, plan.repeat, plan.arrival, plan.seed
+    pool = Pool(sender.client)
     try:
-        if warmup_waves:
-            n_warm = warmup_requests(rate, warmup_waves, n_requests)
-            warmup = await drive_open(client, gen, rate, repeat, "warmup",
-                                      schedule(rate, n_warm, arrival, seed, repeat, "warmup"), pool, on_record, dead,
-                                      keep=False)
+        if plan.warmup_waves:
+            n_warm = warmup_requests(rate, plan.warmup_waves, plan.requests)
+            warmup = await drive_open(sender, Phase(rate, repeat, "warmup", keep=False),
+                                      schedule(rate, n_warm, arrival, seed, repeat, "warmup"), pool, hooks.on_record)
             if warmup.abort:
                 return LevelRun(concurrency=0, rate=rate, repeat=repeat, records=[], sent=0, aborted=warmup.abort,
                                 client=judge_client(0.0, Dist(), Dist()), process_cpu_s={}, window_s=0.0)
-        offsets = schedule(rate, n_requests, arrival, seed, repeat, "measure")
+        offsets = schedule(rate, plan.requests, arrival, seed, repeat, "measure")
         w = await measured_window(
-            lambda measured: drive_open(client, gen, rate, repeat, "measure", offsets, pool, measured, dead),
-            on_record, on_progress, process_cpu, on_measure_start)
+            lambda measured: drive_open(sender, Phase(rate, repeat, "measure"), offsets, pool, measured), hooks)
     finally:
         pool.close()
     records = w.flow.records

@@ -40,19 +40,40 @@ class Request:
     input_tokens: int  # the length asked for (the engine's usage says what it counted)
 
 
+@dataclass(frozen=True)
+class Workload:
+    """What a profile's requests look like (LoadProfile's workload fields): the prompt lengths, the answer lengths
+    (None: the client's max_tokens), prefix groups, a dataset's prompts (capped at max_len, the model's context),
+    and multi-turn chats."""
+
+    input_tokens: Length
+    output_tokens: Length | None = None
+    prefix: PrefixGroups | None = None
+    dataset: str | None = None
+    max_len: int | None = None
+    sessions: Sessions | None = None
+
+    @classmethod
+    def of(cls, profile) -> Workload:
+        """A LoadProfile's workload."""
+        return cls(profile.input_tokens, output_tokens=profile.output_tokens, prefix=profile.prefix,
+                   dataset=profile.dataset, max_len=profile.engine.max_model_len, sessions=profile.sessions)
+
+
 NO_TOKENIZER = "4 characters a token (no tokenizer.json found): input lengths are not in the served model's tokens"
 
 
 class PromptGenerator:
     """Builds each request of a profile. With the model's tokenizer.json lengths are fitted by real token counts;
     without one, ~4 characters per token are assumed (usage reports the truth). `stack` keys the prompts of one
-    load process (a pod's, a worker's); it never names the side."""
+    load process (a pod's, a worker's); it never names the side. A length alone as the workload: prompts of that
+    length, answers of the client's max_tokens."""
 
-    def __init__(self, run_id: str, stack: str, input_tokens: Length, tokenizer_path: Path | None = None, *,
-                 output_tokens: Length | None = None, prefix: PrefixGroups | None = None, dataset: str | None = None,
-                 max_len: int | None = None, sessions: Sessions | None = None):
+    def __init__(self, run_id: str, stack: str, workload: Workload | Length, tokenizer_path: Path | None = None):
+        w = workload if isinstance(workload, Workload) else Workload(workload)
+        input_tokens, prefix, dataset, max_len = w.input_tokens, w.prefix, w.dataset, w.max_len
         self.run_id, self.stack, self.input_tokens = run_id, stack, input_tokens
-        self.output_tokens, self.groups, self.sessions = output_tokens, prefix, sessions
+        self.output_tokens, self.groups, self.sessions = w.output_tokens, prefix, w.sessions
         self._tokenizer = None
         self.tokenizer_path: Path | None = None  # the tokenizer.json that counts, None: 4 characters a token
         if tokenizer_path is not None and Path(tokenizer_path).exists():
@@ -71,9 +92,7 @@ class PromptGenerator:
     @classmethod
     def for_profile(cls, run_id: str, key: str, profile, tokenizer_path: Path | None) -> PromptGenerator:
         """A load process's requests for `profile` (a LoadProfile)."""
-        return cls(run_id, key, profile.input_tokens, tokenizer_path, output_tokens=profile.output_tokens,
-                   prefix=profile.prefix, dataset=profile.dataset, max_len=profile.engine.max_model_len,
-                   sessions=profile.sessions)
+        return cls(run_id, key, Workload.of(profile), tokenizer_path)
 
     def counted_with(self, whose: str) -> str:
         """What the run summary says counted prompt lengths: the tokenizer.json and whose it is, or NO_TOKENIZER."""

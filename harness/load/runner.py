@@ -170,12 +170,66 @@ class Chat:
         self.chat, self.turn, self.history = self.chat + self.slots, 0, ""
 
 
-async def drive(client: StreamClient, gen: PromptGenerator, level: int, repeat: int, phase: str,
-                 n: int, min_duration_s: float, conns: list, on_record: Callable[[RequestRecord], None],
-                 dead: Callable[[], str | None] | None = None, keep: bool = True) -> Flow:
+def ignore_record(rec: RequestRecord) -> None:
+    """The callback of a hook nobody set."""
+
+
+@dataclass(frozen=True)
+class Sender:
+    """What a load process sends with: its client, its prompts, and the deployment's cheap liveness check that is
+    watched while it sends (None: not watched)."""
+
+    client: StreamClient
+    gen: PromptGenerator
+    dead: Callable[[], str | None] | None = None
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A phase of a level as its records are labelled: the level (closed loop: its concurrency; open loop: its
+    rate), the repeat and the phase (warmup-sweep, warmup, measure); keep: the flow keeps the records (a warmup only
+    hands them to on_record)."""
+
+    level: float
+    repeat: int
+    name: str
+    keep: bool = True
+
+
+@dataclass(frozen=True)
+class LevelPlan:
+    """One closed-loop level: `warmup_waves` unmeasured waves, then `requests` measured ones (for at least
+    min_duration_s) with `concurrency` requests in flight."""
+
+    concurrency: int
+    requests: int
+    repeat: int = 0
+    warmup_waves: int = 1
+    min_duration_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What a level calls while it runs (closed or open loop): on_record with every request, warmup included;
+    on_progress with each measured one; process_cpu samples the deployment's CPU around the measured window;
+    on_measure_start as the window opens (e.g. a benchmark resets the server's own statistics there)."""
+
+    on_record: Callable[[RequestRecord], None] = ignore_record
+    on_progress: Callable[[RequestRecord], None] = ignore_record
+    process_cpu: Callable[[], dict[int, tuple[str, float]]] | None = None
+    on_measure_start: Callable[[], None] | None = None
+
+
+NO_HOOKS = Hooks()
+
+
+async def drive(sender: Sender, phase: Phase, n: int, min_duration_s: float, conns: list,
+                on_record: Callable[[RequestRecord], None]) -> Flow:
     """Every request taken is recorded exactly once (sent = recorded), also when the phase is stopped: by a
     dead deployment (`aborted`), by Ctrl-C / SIGTERM (`interrupted`) or by an error writing results."""
     clock = time.perf_counter_ns
+    client, gen, dead = sender.client, sender.gen, sender.dead  # locals: the slots below read them per request
+    level, repeat, name, keep = phase.level, phase.repeat, phase.name, phase.keep
     flow = Flow(n, min_duration_s)
 
     def record(rec: RequestRecord) -> None:
@@ -189,7 +243,7 @@ async def drive(client: StreamClient, gen: PromptGenerator, level: int, repeat: 
         backoff = 0.0
         chat = Chat(gen, k, len(conns), repeat) if gen.sessions else None
         while (i := flow.take()) is not None:
-            rec = RequestRecord(level=level, index=i, repeat=repeat, phase=phase, t_due_ns=due)
+            rec = RequestRecord(level=level, index=i, repeat=repeat, phase=name, t_due_ns=due)  # type: ignore[arg-type]
             try:
                 await send(client, conn, gen, rec, i + repeat * 1_000_000, chat.next(rec) if chat else None)
             except BaseException as e:  # taken means recorded, whatever stopped it
@@ -230,40 +284,34 @@ async def drive(client: StreamClient, gen: PromptGenerator, level: int, repeat: 
     return flow
 
 
-async def warm(client: StreamClient, gen: PromptGenerator, concurrency: int, waves: int,
-               on_record: Callable[[RequestRecord], None] = lambda r: None,
-               dead: Callable[[], str | None] | None = None) -> str | None:
+async def warm(sender: Sender, concurrency: int, waves: int,
+               on_record: Callable[[RequestRecord], None] = ignore_record) -> str | None:
     """Unmeasured waves at one level (the warmup sweep before the first measured level); returns why it
     stopped early, if it did."""
-    conns = [client.connection() for _ in range(concurrency)]
+    conns = [sender.client.connection() for _ in range(concurrency)]
     try:
-        flow = await drive(client, gen, concurrency, 0, "warmup-sweep", waves * concurrency, 0.0, conns,
-                            on_record, dead, keep=False)
+        flow = await drive(sender, Phase(concurrency, 0, "warmup-sweep", keep=False), waves * concurrency, 0.0,
+                           conns, on_record)
         return flow.abort
     finally:
         for c in conns:
             c.close()
 
 
-async def run_level(client: StreamClient, gen: PromptGenerator, concurrency: int, n_requests: int,
-                    *, repeat: int = 0, warmup_waves: int = 1, min_duration_s: float = 0.0,
-                    on_record: Callable[[RequestRecord], None] = lambda r: None,
-                    on_progress: Callable[[RequestRecord], None] = lambda r: None,
-                    process_cpu: Callable[[], dict[int, tuple[str, float]]] | None = None,
-                    on_measure_start: Callable[[], None] | None = None,
-                    dead: Callable[[], str | None] | None = None) -> LevelRun:
-    conns = [client.connection() for _ in range(concurrency)]
+async def run_level(sender: Sender, plan: LevelPlan, hooks: Hooks = NO_HOOKS) -> LevelRun:
+    concurrency, repeat = plan.concurrency, plan.repeat
+    conns = [sender.client.connection() for _ in range(concurrency)]
     try:
-        if warmup_waves:
-            warmup = await drive(client, gen, concurrency, repeat, "warmup", warmup_waves * concurrency, 0.0,
-                                  conns, on_record, dead, keep=False)
+        if plan.warmup_waves:
+            warmup = await drive(sender, Phase(concurrency, repeat, "warmup", keep=False),
+                                 plan.warmup_waves * concurrency, 0.0, conns, hooks.on_record)
             if warmup.abort:
                 return LevelRun(concurrency=concurrency, repeat=repeat, records=[], sent=0, aborted=warmup.abort,
                                 client=judge_client(0.0, Dist(), Dist()), process_cpu_s={}, window_s=0.0)
         w = await measured_window(
-            lambda measured: drive(client, gen, concurrency, repeat, "measure", n_requests, min_duration_s, conns,
-                                   measured, dead),
-            on_record, on_progress, process_cpu, on_measure_start)
+            lambda measured: drive(sender, Phase(concurrency, repeat, "measure"), plan.requests, plan.min_duration_s,
+                                   conns, measured),
+            hooks)
     finally:
         for c in conns:
             c.close()
@@ -288,12 +336,11 @@ class Window:
 
 
 async def measured_window(run: Callable[[Callable[[RequestRecord], None]], Awaitable[Flow]],
-                          on_record: Callable[[RequestRecord], None],
-                          on_progress: Callable[[RequestRecord], None],
-                          process_cpu: Callable[[], dict[int, tuple[str, float]]] | None,
-                          on_measure_start: Callable[[], None] | None) -> Window:
+                          hooks: Hooks) -> Window:
     """Runs one measured phase (`run(on_record)`, closed or open loop) with the client's CPU, its event-loop lag
     and the deployment's CPU sampled around it."""
+    on_record, on_progress, process_cpu = hooks.on_record, hooks.on_progress, hooks.process_cpu
+    on_measure_start = hooks.on_measure_start
     try:
         # Everything alive now (imports, warmup, earlier levels) is moved out of the collector's reach for the
         # window: a full collection of it took 40-70 ms here, a pause every in-flight stream's timestamps would

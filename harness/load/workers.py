@@ -23,11 +23,19 @@ import os
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.childproc import StopFlag, child_signals, start_child, stop_child
 from harness.errors import LayerbenchError
 from harness.load import eventloop
 from harness.profile.schema import CLIENT_PROCS_MAX as MAX_PROCS
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
+    from harness.load.client import StreamClient
+    from harness.load.prompts import PromptGenerator
+    from harness.profile.schema import LoadProfile
 
 US_PER_EVENT = 26.0  # the client's CPU per SSE event at c=64 (`make bench-harness`, scale section, 2-core host)
 CORE_SHARE = 0.5  # a worker is sized to use at most half a core: bursts fit, its loop lag stays low
@@ -47,6 +55,20 @@ class WorkerSpec:
     prompts_key: str  # the side's PromptGenerator key; a worker's prompts are its own (":w<i>")
     tokenizer: str | None
     out_dir: str
+
+
+@dataclass(frozen=True)
+class WorkerLoad:
+    """What worker `index` sends with, in its own process: the side's profile, its own client and prompts, the
+    side's seed, its pipe to worker 0 and the file descriptor its records are appended to."""
+
+    index: int
+    profile: LoadProfile
+    client: StreamClient
+    gen: PromptGenerator
+    seed: str
+    conn: Connection
+    fd: int
 
 
 def records_path(out_dir: Path | str, index: int) -> Path:
@@ -197,6 +219,7 @@ def worker_main(spec: WorkerSpec, index: int, conn, flag: StopFlag) -> None:
                                     ignore_eos=profile.ignore_eos, timeout_s=profile.request_timeout_s)
     client.keep_text = profile.sessions is not None
     fd = os.open(records_path(spec.out_dir, index), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    me = WorkerLoad(index, profile, client, gen, spec.seed, conn, fd)
     try:
         while not flag.is_set():
             if not conn.poll(0.05):
@@ -206,17 +229,19 @@ def worker_main(spec: WorkerSpec, index: int, conn, flag: StopFlag) -> None:
                 return
             if cmd.get("op") != "measure":
                 continue  # an abort or go for a level that already ended here
-            conn.send(_one_level(cmd, index, profile, client, gen, spec.seed, conn, fd))
+            conn.send(_one_level(cmd, me))
     except (EOFError, BrokenPipeError):
         return  # worker 0 is gone
     finally:
         os.close(fd)
 
 
-def _one_level(cmd: dict, index: int, profile, client, gen, seed: str, conn, fd: int) -> dict:
+def _one_level(cmd: dict, worker: WorkerLoad) -> dict:
     from harness.load.barrier import Shard
     from harness.load.levels import Driver
 
+    index, profile, seed, conn, fd = worker.index, worker.profile, worker.seed, worker.conn, worker.fd
+    client, gen = worker.client, worker.gen
     c, rep, n = cmd["level"], cmd["repeat"], cmd["count"]
     shard = Shard(index, n, ChildBarrier(conn))
     driver = Driver(client, gen, profile, f"{seed}:w{index}" if profile.open_loop else seed, shard)

@@ -14,17 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from rich.console import Console
-
 from harness.analysis.conclude import pair_order
 from harness.errors import LayerbenchError
 from harness.load.gpu_telemetry import VramGuard
 from harness.measure.live import live_facts, refresh_logs
-from harness.measure.resume import ResumePlan, ResumeRefused
+from harness.measure.resume import ResumeRefused
+from harness.measure.run import Run, Side
 from harness.measure.session import Sides, deploy_and_measure, last_released
 from harness.measure.sweep import summary_file
-from harness.profile.schema import LoadProfile
-from harness.results import RunWriter
 from harness.schemas import RunSummary
 from stacks.base import Stack
 from stacks.base.engine_env import remove_cache, side_cache, side_start
@@ -58,9 +55,7 @@ def with_side_cache(target: Stack, root: Path, pair: int) -> Stack:
     return target
 
 
-def measure_pairs(stack: Stack, pairs: int, profile: LoadProfile, writer: RunWriter, console: Console,
-                  repeats: int, plan: ResumePlan | None = None,
-                  after_side: Callable[[Sides], None] | None = None,
+def measure_pairs(stack: Stack, pairs: int, run: Run, after_side: Callable[[Sides], None] | None = None,
                   after_pair: Callable[[Sides, int], bool] | None = None) -> Sides:
     """Every deployment of `schedule(stack, pairs)`, each side's windows accumulating in one RunSummary (window
     `repeat` numbers run on across pairs; LevelSummary.pair says which pair). A GPU-like engine's first
@@ -69,49 +64,46 @@ def measure_pairs(stack: Stack, pairs: int, profile: LoadProfile, writer: RunWri
     measured is kept, and no further deployment is made (nothing more could be paired). after_pair(sides, k): called
     once the k-th pair has both sides measured; True stops the compare there (a sequential compare's look)."""
     try:
-        return _measure(stack, pairs, profile, writer, console, repeats, plan, after_side, after_pair)
+        return _measure(stack, pairs, run, after_side, after_pair)
     finally:
         for side in ("baseline", "stack"):
-            remove_cache(side_cache(writer.run_id, side))
+            remove_cache(side_cache(run.writer.run_id, side))
 
 
-def _measure(stack: Stack, pairs: int, profile: LoadProfile, writer: RunWriter, console: Console, repeats: int,
-             plan: ResumePlan | None, after_side: Callable[[Sides], None] | None,
+def _measure(stack: Stack, pairs: int, run: Run, after_side: Callable[[Sides], None] | None,
              after_pair: Callable[[Sides, int], bool] | None) -> Sides:
-    out = Sides()
-    invocation = plan.invocation if plan else 0
+    out, plan, writer, say, repeats = Sides(), run.plan, run.writer, run.out.say, run.n_repeats()
     guard = VramGuard(list(stack.settings.devices))
     previous: str | None = None
     interrupted: str | None = None
     if plan is not None and (cal := getattr(plan.prior.get("baseline"), "calibration", None)) and cal.left_out:
-        profile = profile.with_levels(cal.kept)
+        run = run.with_profile(run.profile.with_levels(cal.kept))
     sides_done: dict[int, int] = {}
     for label, pair, target in schedule(stack, pairs):
         prior = out.runs.get(label) or (plan.prior.get(label) if plan else None)
         sides_done[pair] = sides_done.get(pair, 0) + 1
         if plan is not None and prior is not None and plan.deployment_done(label, pair, repeats):
-            console.print(f"{label} {target.kind} pair {pair + 1}: measured before; not deployed again")
+            say(f"{label} {target.kind} pair {pair + 1}: measured before; not deployed again")
             out.runs[label] = prior
             continue
         if out.failures:  # the stack failed: nothing more can be paired
             break
         with_side_cache(target, side_cache(writer.run_id, label), pair)
-        calibrate = (pair == 0 and label == "baseline" and profile.engine.step is not None
+        calibrate = (pair == 0 and label == "baseline" and run.profile.engine.step is not None
                      and (prior is None or prior.calibration is None))
         try:
             if previous is not None:
                 guard.wait_released(previous)
             previous = f"{label} {target.kind} pair {pair + 1}"
             most = f"at most {pairs}" if after_pair is not None else f"{pairs}"
-            console.print(f"[bold]pair {pair + 1} of {most}: {label} {target.kind}[/]")
+            say(f"[bold]pair {pair + 1} of {most}: {label} {target.kind}[/]")
             with target:
-                run = deploy_and_measure(target, profile, writer, label, console, repeats, prior, invocation,
-                                         pair=pair if pairs > 1 else None, calibrate=calibrate)
-                out.runs[label] = run
+                measured = deploy_and_measure(target, run, Side(label, prior, pair if pairs > 1 else None, calibrate))
+                out.runs[label] = measured
                 out.live[label] = live_facts(target)
             refresh_logs(out.live[label], target)
-            if run.calibration is not None and run.calibration.left_out:
-                profile = profile.with_levels(run.calibration.kept)
+            if measured.calibration is not None and measured.calibration.left_out:
+                run = run.with_profile(run.profile.with_levels(measured.calibration.kept))
         except KeyboardInterrupt:
             interrupted = label
             raise
@@ -121,7 +113,7 @@ def _measure(stack: Stack, pairs: int, profile: LoadProfile, writer: RunWriter, 
             out.failures[label] = f"pair {pair + 1}: {e}"
             if label == "baseline":
                 raise LayerbenchError(f"baseline {target.kind} failed in pair {pair + 1}: {e}") from None
-            console.print(f"[red]{label} {target.kind} failed in pair {pair + 1}:[/] {e}")
+            say(f"[red]{label} {target.kind} failed in pair {pair + 1}:[/] {e}")
         finally:
             partial = writer.dir / summary_file(label, target.kind)
             if partial.exists() and (label not in out.runs or label in out.failures):

@@ -8,16 +8,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from rich.console import Console
-
 from harness.analysis.startup import engine_log_phases
 from harness.errors import LayerbenchError
 from harness.load.gpu_telemetry import VramGuard
 from harness.measure.live import live_facts, refresh_logs
-from harness.measure.resume import ResumePlan, ResumeRefused
+from harness.measure.resume import ResumeRefused
+from harness.measure.run import Run, Side, Windows
 from harness.measure.sweep import measure, summary_file
 from harness.profile.schema import LoadProfile
-from harness.results import RunWriter
 from harness.schemas import LiveFacts, RunSummary
 from stacks.base import Stack
 
@@ -36,21 +34,18 @@ def exposure(stack: Stack) -> list[str]:
 
 
 # What runs against a ready deployment: `harness.measure.sweep.measure` (the profile's levels), or another search over
-# levels with its signature (`make capacity`).
-SweepFn = Callable[..., RunSummary]
+# levels with its signature (`make capacity`): (stack, run, summary, windows) -> the summary.
+SweepFn = Callable[[Stack, Run, RunSummary, Windows], RunSummary]
 
 
-def deploy_and_measure(stack: Stack, profile: LoadProfile, writer: RunWriter, label: str, console: Console,
-                       repeats: int | None = None, prior: RunSummary | None = None,
-                       invocation: int = 0, sweep: SweepFn = measure, pair: int | None = None,
-                       calibrate: bool = False) -> RunSummary:
+def deploy_and_measure(stack: Stack, run: Run, side: Side, sweep: SweepFn = measure) -> RunSummary:
     """Deploy (if needed), wait, verify, sweep. The caller owns teardown via the stack's context manager.
-    prior: what an earlier invocation (or, in a compare of several pairs, an earlier deployment of this side)
+    side.prior: what an earlier invocation (or, in a compare of several pairs, an earlier deployment of this side)
     measured on this side; its complete levels are kept and skipped, and the deployment must report the same
-    engine version and applied settings. pair: which of a compare's deployment pairs this is (its windows are
-    numbered after the earlier pairs'); None outside such a compare."""
-    r = make_ready(stack, profile, writer, label, console, repeats, prior, pair, calibrate)
-    return sweep(stack, profile, writer, r.summary, console, repeats, skip=r.skip, invocation=invocation, **r.extra)
+    engine version and applied settings. side.pair: which of a compare's deployment pairs this is (its windows
+    are numbered after the earlier pairs'); None outside such a compare."""
+    r = make_ready(stack, run, side)
+    return sweep(stack, run, r.summary, r.windows)
 
 
 @dataclass
@@ -58,32 +53,31 @@ class Ready:
     """A deployment that answers, verified, with the summary its windows go into and what is left to measure."""
 
     summary: RunSummary
-    skip: frozenset[tuple[int, float]]  # (repeat, level) measured before (a resumed compare)
-    extra: dict  # harness.measure.sweep.measure's first_repeat, pair and calibrate
+    windows: Windows  # where its windows go: (repeat, level) measured before, a later pair's numbering
 
 
-def make_ready(stack: Stack, profile: LoadProfile, writer: RunWriter, label: str, console: Console,
-               repeats: int | None, prior: RunSummary | None, pair: int | None, calibrate: bool) -> Ready:
-    """Deploy, wait, verify the engine against `prior`, record the deployment in run.json."""
+def make_ready(stack: Stack, run: Run, side: Side) -> Ready:
+    """Deploy, wait, verify the engine against `side.prior`, record the deployment in run.json."""
+    profile, writer, say, label, prior, pair = run.profile, run.writer, run.out.say, side.label, side.prior, side.pair
     writer.write_meta(phase=f"{label}: deploying {stack.kind}")
     stack.deploy()
     waited = stack.wait_ready(stack.settings.startup_timeout_s)
     ready_at = datetime.now()  # naive local time, as vLLM's log timestamps are
     start = stack.describe().get("engine_start")  # every local vLLM starts cold (stacks.base.engine_env.cold_cache)
-    console.print(f"[green]{label}: {stack.kind} ready[/] in {waited:.1f}s" + (f" ({start})" if start else "")
+    say(f"[green]{label}: {stack.kind} ready[/] in {waited:.1f}s" + (f" ({start})" if start else "")
                   + f" at {stack.endpoint().base_url}")
     if profile.server_placement == "fixed":
         from harness.host.placement import fix_threads
 
-        console.print(fix_threads(sorted(p.pid for ps in stack.processes().values() for p in ps)))
+        say(fix_threads(sorted(p.pid for ps in stack.processes().values() for p in ps)))
     if open_ports := exposure(stack):
-        console.print(f"[bold yellow]warning:[/] {label} {stack.kind} listens beyond loopback: "
+        say(f"[bold yellow]warning:[/] {label} {stack.kind} listens beyond loopback: "
                       f"{', '.join(open_ports)}" + (f". {stack.exposure_hint}" if stack.exposure_hint else ""))
     summary = RunSummary(run_id=writer.run_id, label=label, stack=stack.kind,
                          engine_version=stack.engine_version(), applied=stack.verify_config(),
                          profile=profile.name, exposed_ports=open_ports,
                          layer_notes={m.key: m.note for m in stack.layer_metrics()})
-    n_repeats = repeats or profile.repeats
+    n_repeats = run.n_repeats()
     skip: frozenset[tuple[int, float]] = frozenset()
     if prior is not None:
         changed = [f"{what}: was {a}, now {b}" for what, a, b in (
@@ -108,10 +102,8 @@ def make_ready(stack: Stack, profile: LoadProfile, writer: RunWriter, label: str
         "logs": {k: str(v) for k, v in logs.items()}, **({"start_phases": phases} if phases else {})}}
     model = stack.settings.model
     writer.write_meta(deployments=deployments, **({"model": model.model_dump(mode="json")} if model else {}))
-    extra: dict = {"first_repeat": pair * n_repeats, "pair": pair} if pair else {}
-    if calibrate:
-        extra["calibrate"] = True
-    return Ready(summary, skip, extra)
+    return Ready(summary, Windows(skip=skip, first_repeat=(pair or 0) * n_repeats, pair=pair or 0,
+                                  calibrate=side.calibrate))
 
 
 
@@ -133,27 +125,25 @@ def sides(stack: Stack) -> list[tuple[str, Stack]]:
     return [("baseline", baseline), ("stack", stack)]
 
 
-def baseline_then_stack(targets: list[tuple[str, Stack]], profile: LoadProfile, writer: RunWriter,
-                        console: Console, repeats: int, plan: ResumePlan | None = None,
-                        after_side: Callable[[Sides], None] | None = None, keep_going: bool = True,
-                        sweep: SweepFn = measure, profiles: dict[str, LoadProfile] | None = None) -> Sides:
+def baseline_then_stack(targets: list[tuple[str, Stack]], run: Run, after_side: Callable[[Sides], None] | None = None,
+                        keep_going: bool = True, sweep: SweepFn = measure,
+                        profiles: dict[str, LoadProfile] | None = None) -> Sides:
     """Deploy, measure and tear down each target in turn (`sides(stack)`, and for an audit the stack's other
     shapes after it): one at a time, the first torn down and verified gone before the next starts, as on a
     host with one accelerator. A baseline that fails stops everything (nothing to compare against); a later
     side that fails is recorded, with what it measured before, and the next side still runs.
-    plan: a resumed compare; a side it measured completely is not deployed again. after_side: called after
+    run.plan: a resumed compare's; a side it measured completely is not deployed again. after_side: called after
     each side (deployed or taken from the plan), so the caller can write what it has. keep_going=False: stop at
     the first side that fails. sweep: what runs against each ready deployment (default: the profile's levels).
-    profiles: a target's own load profile, by label (a shape sweep's); the others send `profile`."""
-    out = Sides()
-    invocation = plan.invocation if plan else 0
+    profiles: a target's own load profile, by label (a shape sweep's); the others send the run's."""
+    out, plan, writer, say = Sides(), run.plan, run.writer, run.out.say
     # one accelerator's worth of discipline: the next deployment starts only once the last one's GPU memory is back
     guard = VramGuard(sorted({d for _, t in targets for d in getattr(getattr(t, "settings", None), "devices", [])}))
     previous: str | None = None
     for label, target in targets:
         prior = plan.prior.get(label) if plan else None
         if plan and prior is not None and plan.side_done(label):
-            console.print(f"{label} {target.kind}: every level was measured before; not deployed again")
+            say(f"{label} {target.kind}: every level was measured before; not deployed again")
             prior.status = "complete"  # its folder was marked with the interrupted invocation's status
             out.runs[label] = prior
             if after_side is not None:
@@ -164,8 +154,8 @@ def baseline_then_stack(targets: list[tuple[str, Stack]], profile: LoadProfile, 
                 guard.wait_released(previous)
             previous = f"{label} {target.kind}"
             with target:
-                out.runs[label] = deploy_and_measure(target, (profiles or {}).get(label, profile), writer, label,
-                                                     console, repeats, prior, invocation, sweep)
+                mine = run.with_profile(profiles[label]) if profiles and label in profiles else run
+                out.runs[label] = deploy_and_measure(target, mine, Side(label, prior), sweep)
                 out.runs[label].status = "complete"  # each side says how it ended (summary.csv's side_status)
                 out.live[label] = live_facts(target)
             refresh_logs(out.live[label], target)
@@ -175,7 +165,7 @@ def baseline_then_stack(targets: list[tuple[str, Stack]], profile: LoadProfile, 
             out.failures[label] = str(e)
             if label == "baseline":
                 raise LayerbenchError(f"baseline {target.kind} failed: {e}") from None
-            console.print(f"[red]{label} {target.kind} failed:[/] {e}")
+            say(f"[red]{label} {target.kind} failed:[/] {e}")
         finally:
             partial = writer.dir / summary_file(label, target.kind)
             if label not in out.runs and partial.exists():  # died mid-run: keep what was measured

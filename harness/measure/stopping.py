@@ -12,10 +12,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from rich.console import Console
-
 from harness.analysis.sequential import Looks, fractions
 from harness.measure.planning import Plan, detectable_share, pairs_for
+from harness.measure.run import Run
 from harness.measure.session import Sides
 from harness.results import RunWriter
 from harness.schemas import CompareSummary, Decision, Stopping
@@ -25,9 +24,8 @@ class SequentialStop:
     """The `after_pair` of harness.measure.pairs.measure_pairs for a sequential compare. settle(looks): judges the
     summary's runs at a look (harness.analysis.conclude.settle with the compare's own inputs)."""
 
-    def __init__(self, summary: CompareSummary, plan: Plan, writer: RunWriter, console: Console,
-                 settle: Callable[[Looks], None]):
-        self.summary, self.plan, self.writer, self.console, self.settle = summary, plan, writer, console, settle
+    def __init__(self, summary: CompareSummary, plan: Plan, run: Run, settle: Callable[[Looks], None]):
+        self.summary, self.plan, self.writer, self.say, self.settle = summary, plan, run.writer, run.out.say, settle
         self.state = summary.stopping = Stopping(max_pairs=plan.max_pairs, budget_s=plan.budget_s,
                                                  target_mde=plan.target, plan=plan.lines())
         self.t0 = self.mark = time.monotonic()
@@ -54,7 +52,7 @@ class SequentialStop:
         if self.plan.noise is None and len(self.state.looks) == 1:
             self.replan(k)
         open_ = self.open_levels()
-        self.console.print(f"[bold]look after {k} pair{'s' if k > 1 else ''}[/]: " + self.look_text(open_))
+        self.say(f"[bold]look after {k} pair{'s' if k > 1 else ''}[/]: " + self.look_text(open_))
         if not open_:
             self.state.stopped = f"every judged level decided after {k} pairs"
         elif final:
@@ -62,7 +60,7 @@ class SequentialStop:
                                   f"{per_pair / 60:.1f} min) after {k} pairs" if out_of_time and budget is not None
                                   else f"max_pairs {self.state.max_pairs} reached")
         if self.state.stopped:
-            self.console.print(f"stopped: {self.state.stopped}")
+            self.say(f"stopped: {self.state.stopped}")
         self.writer.write_json("compare.json", self.summary.model_dump())
         return bool(self.state.stopped)
 
@@ -98,7 +96,7 @@ class SequentialStop:
                 f"you need about {need or 'more than 64'} pairs; {self.plan.budget_pairs} pairs detect "
                 f"{100 * can:.1f}%")
         self.state.plan.append(line)
-        self.console.print(line)
+        self.say(line)
 
 
 def start_times(writer: RunWriter) -> dict[str, list[float]]:

@@ -7,14 +7,8 @@ from __future__ import annotations
 import os
 import time
 
-from rich.console import Console
 from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
     Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
 )
 
 from harness.analysis.calibrate import levels_held
@@ -22,7 +16,6 @@ from harness.analysis.server_metrics import summarise
 from harness.analysis.stats import level_stats
 from harness.errors import LayerbenchError
 from harness.load import eventloop
-from harness.load.barrier import Shard
 from harness.load.client import RequestRecord
 from harness.load.gpu_telemetry import GpuSampler, telemetry_note
 from harness.load.levels import Driver
@@ -32,8 +25,8 @@ from harness.load.runner import LevelRun
 from harness.load.scraper import Scraper
 from harness.load.topology import CoreSampler, engine_binding
 from harness.load.workers import WorkerSpec
+from harness.measure.run import Run, Windows
 from harness.measure.split import Split
-from harness.profile.schema import LoadProfile
 from harness.results import RunWriter
 from harness.schemas import (
     Dist,
@@ -44,39 +37,29 @@ from harness.schemas import (
 from stacks.base import MODEL_DIR, Stack
 
 
-def measure(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunSummary,
-            console: Console, repeats: int | None = None, skip: frozenset[tuple[int, float]] = frozenset(),
-            invocation: int = 0, shard: Shard | None = None, first_repeat: int = 0, pair: int = 0,
-            calibrate: bool = False) -> RunSummary:
-    """skip: (repeat, level) pairs already measured by an earlier invocation (`compare --resume`); a level is
-    its concurrency, or its rate in an open-loop profile (LevelStats.level). shard: this process's part of a
-    side's load (one of several load pods); each record names the level it is part of. first_repeat, pair: a
-    compare's later deployment of this side numbers its windows after the earlier ones'. calibrate: a GPU-like
-    engine's first deployment finds the levels this host holds the emulated step at (harness.analysis.calibrate)
-    from its warmup sweep, and measures only those."""
-    run = SweepRun(stack, profile, writer, summary, invocation, shard, pair, calibrate)
-    reps = range(first_repeat, first_repeat + (repeats or profile.repeats))
+def measure(stack: Stack, run: Run, summary: RunSummary, at: Windows | None = None) -> RunSummary:
+    """Every level of the run's profile (x its repeats) on the ready deployment, into `summary`. at: where the
+    windows go (harness.measure.run.Windows: levels measured before, a load pod's shard, a later pair's numbering,
+    a GPU-like engine's calibration from its warmup sweep, harness.analysis.calibrate)."""
+    profile, writer, at = run.profile, run.writer, at or Windows()
+    sweep = SweepRun(stack, run, summary, at)
+    reps = range(at.first_repeat, at.first_repeat + run.n_repeats())
     writer.write_meta(phase=f"{summary.label}: starting the metric scraper and core sampler")
     try:
-        with run.scraper, run.sampler, run.gpus, run.split, progress_bars(console) as progress:
-            run.start(progress, [(rep, c) for rep in reps for c in profile.levels() if (rep, c) not in skip])
+        with sweep.scraper, sweep.sampler, sweep.gpus, sweep.split, run.out.bars() as progress:
+            sweep.start(progress, [(rep, c) for rep in reps for c in profile.levels() if (rep, c) not in at.skip])
             if summary.warmup_sweep:  # a compiled engine meets every batch shape before anything is measured
-                run.warmup_sweep()
+                sweep.warmup_sweep()
             for rep in reps:
-                for c in run.levels:
-                    if (rep, c) not in skip:
-                        run.level(rep, c, len(reps), first_repeat)
+                for c in sweep.levels:
+                    if (rep, c) not in at.skip:
+                        sweep.level(rep, c, len(reps), at.first_repeat)
     except KeyboardInterrupt:  # wherever it lands: the summary says where the sweep stopped
-        summary.stopped = f"interrupted by Ctrl-C / SIGTERM at {run.where}"
+        summary.stopped = f"interrupted by Ctrl-C / SIGTERM at {sweep.where}"
         save(writer, summary)
         raise
-    run.finish()
+    sweep.finish()
     return summary
-
-
-def progress_bars(console: Console) -> Progress:
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[errors]}"), console=console)
 
 
 def whose_tokenizer(stack: Stack) -> str:
@@ -92,10 +75,10 @@ def whose_tokenizer(stack: Stack) -> str:
 class SweepRun:
     """One side's sweep in progress: what it sends with, what watches it, and what it has written so far."""
 
-    def __init__(self, stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunSummary, invocation: int,
-                 shard: Shard | None, pair: int, calibrate: bool):
+    def __init__(self, stack: Stack, run: Run, summary: RunSummary, at: Windows):
+        profile, writer, shard = run.profile, run.writer, at.shard
         self.stack, self.profile, self.writer, self.summary = stack, profile, writer, summary
-        self.invocation, self.shard, self.pair, self.calibrate = invocation, shard, pair, calibrate
+        self.invocation, self.shard, self.pair, self.calibrate = run.invocation, shard, at.pair, at.calibrate
         ep = stack.endpoint()
         tok = stack.settings.model_path / "tokenizer.json"
         key = f"pod{shard.index}" if shard else ""  # never the side: both send the same requests

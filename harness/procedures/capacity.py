@@ -10,12 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
-from rich.console import Console
-
 from harness.analysis.capacity import judge, probe_of
+from harness.measure.run import Run, Windows
 from harness.measure.sweep import measure
 from harness.profile.schema import LoadProfile, min_requests
-from harness.results import RunWriter
 from harness.schemas import SLA, CapacityResult, Probe, RunSummary
 from stacks.base import Stack
 
@@ -97,21 +95,21 @@ def searcher(sla: SLA, ceiling: float, on_result: Callable[[CapacityResult], Non
     repeats > 1 a level holds only if every one of its windows held: on a noisy host one window's p95 can land
     on either side of the bound."""
 
-    def run(stack: Stack, profile: LoadProfile, writer: RunWriter, summary: RunSummary, console: Console,
-            _repeats: int | None = None, **_: object) -> RunSummary:
+    def run_search(stack: Stack, run: Run, summary: RunSummary, _at: Windows | None = None) -> RunSummary:
+        profile, say = run.profile, run.out.say
         open_loop = profile.open_loop
         kind: Literal["concurrency", "rate"] = "rate" if open_loop else "concurrency"
 
         def probe(x: float, phase: Literal["coarse", "bisect"]) -> Probe:
-            console.print(f"[bold]{summary.label}[/] capacity probe ({phase}): {'rate' if open_loop else 'c'}={x:g}")
+            say(f"[bold]{summary.label}[/] capacity probe ({phase}): {'rate' if open_loop else 'c'}={x:g}")
             n = len(summary.levels)
-            measure(stack, _one_level(profile, x), writer, summary, console, repeats=repeats)
+            measure(stack, run.with_profile(_one_level(profile, x)).with_repeats(repeats), summary)
             polled = None
             if gauges is not None:
-                console.print(f"[bold]{summary.label}[/] reading the engine's gauges at {'rate' if open_loop else 'c'}"
+                say(f"[bold]{summary.label}[/] reading the engine's gauges at {'rate' if open_loop else 'c'}"
                               f"={x:g} (unmeasured, polled)")
                 side = summary.model_copy(update={"label": f"{summary.label}-gauges", "levels": []}, deep=True)
-                measure(stack, _one_level(gauges, x), writer, side, console, repeats=1)
+                measure(stack, run.with_profile(_one_level(gauges, x)).with_repeats(1), side)
                 polled = side.levels[-1] if side.levels else None
             measured = [probe_of(lv, sla, phase, polled, bool(stack.settings.devices)) for lv in summary.levels[n:]]
             worst = next((p for p in measured if not p.held), measured[-1])  # every repeat must hold
@@ -125,6 +123,6 @@ def searcher(sla: SLA, ceiling: float, on_result: Callable[[CapacityResult], Non
         on_result(judge(summary.label, stack.kind, kind, sla, probes))
         return summary
 
-    return run
+    return run_search
 
 

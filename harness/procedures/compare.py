@@ -13,18 +13,16 @@ import json
 import time
 from pathlib import Path
 
-from rich.console import Console
-
 from harness.analysis.conclude import Evidence, pair_order, settle
 from harness.analysis.sequential import Looks
 from harness.errors import LayerbenchError
 from harness.measure.pairs import measure_pairs
 from harness.measure.planning import Plan
-from harness.measure.resume import ResumePlan, ResumeRefused
+from harness.measure.resume import ResumeRefused
+from harness.measure.run import Run
 from harness.measure.session import Sides
 from harness.measure.stopping import SequentialStop, start_times
-from harness.profile.schema import LoadProfile
-from harness.results import RunWriter, read_jsonl
+from harness.results import read_jsonl
 from harness.schemas import (
     AAReference,
     CompareSummary,
@@ -80,22 +78,21 @@ def check_versions(baseline: Stack, stack: Stack, allow_mismatch: bool) -> dict[
     return versions
 
 
-def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: Console, repeats: int,
-                allow_mismatch: bool, plan: ResumePlan | None = None,
-                placement: dict | None = None, pairs_plan: Plan | None = None) -> CompareSummary:
+def run_compare(stack: Stack, run: Run, allow_mismatch: bool, pairs_plan: Plan | None = None) -> CompareSummary:
     """Deployment pairs in counterbalanced order (harness.measure.pairs), and the verdicts between them:
     profile.pairs of
     them (stopping: fixed), or, with pairs_plan (stopping: sequential), pairs added until every level is decided
-    or the budget or max_pairs is spent (harness.measure.stopping). plan: a resumed compare; a deployment it measured
-    completely is not made again, the one it stopped in continues after its last complete level."""
+    or the budget or max_pairs is spent (harness.measure.stopping). run.plan: a resumed compare's; a deployment it
+    measured completely is not made again, the one it stopped in continues after its last complete level."""
+    profile, writer, plan, repeats, placement = run.profile, run.writer, run.plan, run.n_repeats(), run.placement
     baseline = stack.baseline()
     if baseline is None:
         raise LayerbenchError(f"stack {stack.kind} names no baseline")
     versions = check_versions(baseline, stack, allow_mismatch)
-    for label, run in (plan.prior.items() if plan else ()):  # before anything is deployed again
-        if versions[label] != run.engine_version:
+    for label, prior in (plan.prior.items() if plan else ()):  # before anything is deployed again
+        if versions[label] != prior.engine_version:
             raise ResumeRefused(f"cannot resume: the {label}'s engine is now version {versions[label]}, the first "
-                                f"invocation measured {run.engine_version}")
+                                f"invocation measured {prior.engine_version}")
     study = study_comparable(profile.name, stack.settings.model) and profile.builtin_shaped()
     summary = CompareSummary(
         run_id=writer.run_id, stack=stack.kind, baseline_stack=baseline.kind, in_request_path=stack.in_request_path,
@@ -115,10 +112,10 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
 
     def keep(measured: Sides) -> None:
         summary.runs, summary.failures = dict(measured.runs), dict(measured.failures)
-        for label, run in measured.runs.items():
+        for label, side in measured.runs.items():
             if label not in measured.failures:
-                summary.applied[label] = run.applied
-                summary.versions[label] = run.engine_version  # the live answer beats the declared one
+                summary.applied[label] = side.applied
+                summary.versions[label] = side.engine_version  # the live answer beats the declared one
         summary.status = "failed" if "baseline" in measured.failures else summary.status
         writer.write_json("compare.json", summary.model_dump())
 
@@ -129,17 +126,16 @@ def run_compare(stack: Stack, profile: LoadProfile, writer: RunWriter, console: 
         seen = Evidence(read_jsonl(writer.dir / "scrapes.jsonl"), live, stack.observability_note())
         settle(summary, profile, seen, allow_mismatch, looks)
 
-    stop = SequentialStop(summary, pairs_plan, writer, console, judge_at) if pairs_plan is not None else None
+    stop = SequentialStop(summary, pairs_plan, run, judge_at) if pairs_plan is not None else None
     if profile.deployments == "interleaved":
         from harness.measure.interleave import measure_interleaved
 
-        measured = measure_interleaved(stack, profile.pairs, profile, writer, console, repeats, plan, after_side=keep)
+        measured = measure_interleaved(stack, profile.pairs, run, after_side=keep)
     else:
         most = pairs_plan.max_pairs if pairs_plan is not None else profile.pairs
         if pairs_plan is not None:
             summary.pairs, summary.order = most, pair_order(most)
-        measured = measure_pairs(stack, most, profile, writer, console, repeats, plan, after_side=keep,
-                                 after_pair=stop)
+        measured = measure_pairs(stack, most, run, after_side=keep, after_pair=stop)
     keep(measured)
     live.update(measured.live)
     judge_at(stop.last if stop is not None else None)

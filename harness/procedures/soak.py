@@ -11,6 +11,7 @@ import json
 import os
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -22,7 +23,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from harness.load import eventloop
 from harness.load.client import StreamClient
 from harness.load.prompts import PromptGenerator
-from harness.load.runner import drive
+from harness.load.runner import Phase, Sender, drive
 from harness.load.scraper import Scraper
 from harness.results import RunWriter, new_run_id, read_jsonl
 from harness.signals import shielded
@@ -87,8 +88,22 @@ def _schedule(stack, duration_s: float, t0: float, stop: threading.Event, events
             events.append(f"{at:.0f} s: {what} FAILED: {type(e).__name__}: {e}")
 
 
-async def _load(client: StreamClient, gen: PromptGenerator, c: int, duration_s: float, writer: RunWriter,
-                counts: dict[str, int], memory: list[tuple[float, float]], progress: Progress, task) -> tuple:
+@dataclass(frozen=True)
+class _Load:
+    """What the soak sends, and what it keeps as it goes: each outcome's count, the client's memory over time."""
+
+    client: StreamClient
+    gen: PromptGenerator
+    c: int
+    duration_s: float
+    writer: RunWriter
+    counts: dict[str, int]
+    memory: list[tuple[float, float]]
+
+
+async def _load(load: _Load, progress: Progress, task) -> tuple:  # noqa: ANN001 (a rich task id)
+    client, gen, c, duration_s, writer = load.client, load.gen, load.c, load.duration_s, load.writer
+    counts, memory = load.counts, load.memory
     proc = psutil.Process()
     t0 = time.monotonic()
 
@@ -105,7 +120,7 @@ async def _load(client: StreamClient, gen: PromptGenerator, c: int, duration_s: 
     sampler = asyncio.create_task(sample())
     conns = [client.connection() for _ in range(c)]
     try:
-        flow = await drive(client, gen, c, 0, "measure", 0, duration_s, conns, on_record, keep=False)
+        flow = await drive(Sender(client, gen), Phase(c, 0, "measure", keep=False), 0, duration_s, conns, on_record)
     finally:
         sampler.cancel()
         for conn in conns:
@@ -144,8 +159,8 @@ def run_soak(duration_s: float, concurrency: int, results: Path, out_dir: Path,
                                             daemon=True)
                 injector.start()
                 try:
-                    sent, recorded, abort = eventloop.run(_load(client, gen, concurrency, duration_s, writer, counts,
-                                                                memory, progress, task))
+                    load = _Load(client, gen, concurrency, duration_s, writer, counts, memory)
+                    sent, recorded, abort = eventloop.run(_load(load, progress, task))
                 finally:
                     stop.set()
                     with shielded("stopping the fault injector"):  # it may be restarting the engine

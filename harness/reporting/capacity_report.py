@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.analysis.cost import Price, usd
-from harness.reporting.document import Table, write_document
+from harness.reporting.document import Document, Table, write_document
 from harness.reporting.format import fmt
 from harness.schemas import CapacityResult, CapacitySummary
 
@@ -119,5 +119,5 @@ def write(s: CapacitySummary, out_dir: Path, price: Price | None, extra: list[Ta
         bullets.append(f"status {s.status}; wall time {s.wall_s:.0f} s")
     tables = [probe_table(r, who, price) for who, r in sides if r and r.probes] + list(extra)
     image = plot(s, out_dir)
-    return write_document(out_dir, f"layerbench capacity: {s.stack} — {s.run_id}", bullets, tables,
-                          [image] if image else [])
+    return write_document(out_dir, Document(f"layerbench capacity: {s.stack} — {s.run_id}", bullets, tables,
+                                            [image] if image else []))

@@ -11,6 +11,8 @@ from __future__ import annotations
 import base64
 import html
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.reporting.format import markdown_table
@@ -41,13 +43,27 @@ _STYLE = (
 NOTES_TITLE = "How this was measured"
 
 
-def write_document(out_dir: Path, title: str, bullets: list[str], tables: list[Table], images: list[str],
-                   details: list[Table] | None = None, name: str = "report", notes: list[str] | None = None) -> Path:
-    """<name>.md and <name>.html in out_dir (images are PNG files already in out_dir, named in order); returns
-    the .md's path. details: tables for the specialist, after the plots (folded away in HTML); notes: bullets on
-    how it was measured, which a reader needs less than the headline (after the plots, folded away in HTML)."""
+@dataclass(frozen=True)
+class Document:
+    """One report's content, in reading order: the title, the headline bullets (without "- "), the decision tables,
+    the plots (PNG file names in the output folder), then the details: tables for the specialist, and notes,
+    bullets on how it was measured, which a reader needs less than the headline (both after the plots, folded away
+    in HTML)."""
+
+    title: str
+    bullets: Sequence[str]
+    tables: Sequence[Table]
+    images: Sequence[str] = ()
+    details: Sequence[Table] = ()
+    notes: Sequence[str] = ()
+
+
+def write_document(out_dir: Path, doc: Document, name: str = "report") -> Path:
+    """<name>.md and <name>.html in out_dir (doc's images are PNG files already in out_dir); returns the .md's
+    path."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    details, notes = list(details or []), list(notes or [])
+    title, bullets, tables, images, details, notes = (doc.title, doc.bullets, doc.tables, doc.images, doc.details,
+                                                      doc.notes)
     md = [f"# {title}", "", *[f"- {b}" for b in bullets], ""]
     for t in tables:
         md += _md_table(t)
@@ -58,12 +74,14 @@ def write_document(out_dir: Path, title: str, bullets: list[str], tables: list[T
     for t in details:
         md += _md_table(t)
     (out_dir / f"{name}.md").write_text("\n".join(md))
-    (out_dir / f"{name}.html").write_text(html_document(out_dir, title, bullets, tables, images, details, notes))
+    (out_dir / f"{name}.html").write_text(html_document(out_dir, doc))
     return out_dir / f"{name}.md"
 
 
-def html_document(image_dir: Path, title: str, bullets: list[str], tables: list[Table], images: list[str],
-                  details: list[Table], notes: list[str] | None = None) -> str:
+def html_document(image_dir: Path, doc: Document) -> str:
+    """The document as one HTML page, its images (files in image_dir) inline."""
+    title, bullets, tables, images, details, notes = (doc.title, doc.bullets, doc.tables, doc.images, doc.details,
+                                                      doc.notes)
     h = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
          f"<meta name='viewport' content='width=device-width,initial-scale=1'><style>{_STYLE}</style></head><body>",
          f"<h1>{html.escape(title)}</h1>", "<ul class='headline'>", *[f"<li>{inline(b)}</li>" for b in bullets],

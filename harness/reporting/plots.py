@@ -10,6 +10,7 @@ summary carries one. A figure with no data at all is left out rather than drawn 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,19 @@ def gpu_series(s: CompareSummary, side: str, key: str = "util_pct_mean") -> Seri
     return [(lv.level, getattr(lv, f"{side}_gpu", {}).get(key), reps.get(lv.level, [])) for lv in s.levels]
 
 
+@dataclass(frozen=True)
+class LevelFigure:
+    """One per-level figure: its PNG's name, title and y label, the metric it draws (a METRICS key; "" where the
+    series are given), the SLO line (what it bounds, its value or None) and the y range."""
+
+    name: str
+    title: str
+    ylabel: str
+    metric: str = ""
+    slo: tuple[str, float | None] | None = None
+    ylim: tuple[float, float] | None = None
+
+
 def _data_max(*all_series: Series) -> float | None:
     vals = [v for ser in all_series for _, m, reps in ser for v in (m, *reps) if v is not None]
     return max(vals) if vals else None
@@ -115,28 +129,28 @@ def plots(s: CompareSummary, out: Path, ttfts: dict[str, dict[float, list[float]
     names = side_labels(s)
     with plt.rc_context(RC):
         _delta(cv, s, names)
-        _levels(cv, s, names, "throughput.png", "Output throughput", "tok/s", "tok_s")
+        _levels(cv, s, names, LevelFigure("throughput.png", "Output throughput", "tok/s", "tok_s"))
         ttft_title = "TTFT p95" + (" (from schedule)" if s.open_loop else "")
-        _levels(cv, s, names, "ttft_p95.png", ttft_title, "ms", "ttft_p95_ms", ("TTFT", ttft_slo))
-        _levels(cv, s, names, "goodput.png", "Goodput (requests within the SLO)", "% of sent requests", "goodput",
-                ylim=GOODPUT_YLIM)
+        _levels(cv, s, names, LevelFigure("ttft_p95.png", ttft_title, "ms", "ttft_p95_ms", ("TTFT", ttft_slo)))
+        _levels(cv, s, names, LevelFigure("goodput.png", "Goodput (requests within the SLO)", "% of sent requests",
+                                          "goodput", ylim=GOODPUT_YLIM))
         _tradeoff(cv, s, names, ttft_slo)
         if s.open_loop:
             _latency_vs_rate(cv, s, names, ttft_slo, slo.e2e_s * 1e3 if slo else None)
         if ttfts:
             ttft_cdf(cv, s.levels, ttfts, names, ttft_slo)
         cpu_bars(cv, s.levels, names)
-        _levels(cv, s, names, "gpu_util.png", "GPU utilisation (NVML, mean over the deployment's GPUs)", "%", "",
-                ylim=GOODPUT_YLIM, both={side: gpu_series(s, side) for side in SIDES})
+        _levels(cv, s, names, LevelFigure("gpu_util.png", "GPU utilisation (NVML, mean over the deployment's GPUs)",
+                                          "%", ylim=GOODPUT_YLIM), {side: gpu_series(s, side) for side in SIDES})
     return cv.made
 
 
-def _levels(cv: Canvas, s: CompareSummary, names: tuple[str, str], name: str, title: str, ylabel: str,
-            metric: str, slo: tuple[str, float | None] | None = None, ylim: tuple[float, float] | None = None,
+def _levels(cv: Canvas, s: CompareSummary, names: tuple[str, str], fig: LevelFigure,
             both: dict[str, Series] | None = None) -> None:
     """Each side's mean per level as a line, each repeat as a small point beside it with a bar over its range.
     both: the series, where they are not one of METRICS."""
-    both = both or {side: series(s, side, metric) for side in SIDES}
+    name, title, ylabel, slo, ylim = fig.name, fig.title, fig.ylabel, fig.slo, fig.ylim
+    both = both or {side: series(s, side, fig.metric) for side in SIDES}
     if not any(m is not None or reps for ser in both.values() for _, m, reps in ser):
         return
     levels = [lv.level for lv in s.levels]

@@ -14,7 +14,7 @@ from harness.analysis.latency_split import hidden, lagging, split
 from harness.analysis.prefix_cache import hit_rates, reused
 from harness.load.prompts import NO_TOKENIZER
 from harness.load.topology import cores_sentence
-from harness.reporting.document import Table, write_document
+from harness.reporting.document import Document, Table, write_document
 from harness.reporting.emulation_report import step_line, step_table, step_warnings
 from harness.reporting.format import fmt, major_processes, markdown_table, scrape_policy_text, share_pct
 from harness.reporting.headline import by_level, headline_level, verdict_sentence
@@ -263,7 +263,7 @@ def write_report(s: CompareSummary, out_dir: Path, bullets: list[str] | None = N
     images = plots(s, out_dir, ttfts)
     title = f"layerbench: {s.stack}{f' ({s.shape})' if s.shape else ''} vs {s.baseline_stack} — {s.run_id}"
     headline = [*decision(s), *list(bullets or []), *warnings(s)]
-    path = write_document(out_dir, title, headline, [*decision_tables(s), *step_table(s), *(extra or [])], images,
-                          [*detail_tables(s), *(details or [])], notes=context(s))
+    path = write_document(out_dir, Document(title, headline, [*decision_tables(s), *step_table(s), *(extra or [])],
+                                            images, [*detail_tables(s), *(details or [])], notes=context(s)))
     (out_dir / "summary.json").write_text(json.dumps(s.model_dump(exclude={"runs"}), indent=2, default=str))
     return path

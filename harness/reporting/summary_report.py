@@ -16,7 +16,7 @@ import pandas as pd
 from pydantic import BaseModel
 
 from harness.reporting.catalog import RunEntry, read_results
-from harness.reporting.document import Table, write_document
+from harness.reporting.document import Document, Table, write_document
 from harness.reporting.format import fmt, share_pct
 from harness.reporting.results_frame import DELTA_COLUMNS, compare_frame
 from harness.reporting.summary_plot import CapacityMark, StackRun, delta_chart, mark_for
@@ -238,7 +238,7 @@ def write_summary(results: Path, out_dir: Path, name: str = "summary") -> Summar
         details.append(("Skipped or damaged", "Folders that were skipped, or whose runs are listed above without "
                         "some of their figures or with a flagged status.", ["folder", "what is wrong"],
                         _problem_rows(problems)))
-    md = write_document(out_dir, "layerbench: every stack", bullets, stack_tables(answers, levels),
-                        [chart.name] if chart else [], details=details, name=name)
+    md = write_document(out_dir, Document("layerbench: every stack", bullets, stack_tables(answers, levels),
+                                          [chart.name] if chart else [], details=details), name=name)
     return SummaryResult(markdown=md, html=md.with_suffix(".html"), csv=csv, chart=chart, rows=rows,
                          problems=problems, latest=answers, windows=len(frame))

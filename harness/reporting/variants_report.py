@@ -8,7 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from harness.analysis.cost import Price, usd
-from harness.reporting.document import Table, write_document
+from harness.reporting.document import Document, Table, write_document
 from harness.reporting.format import fmt, share_pct
 from harness.reporting.report_tables import cpu_rows
 from harness.schemas.sweep import SweepSummary
@@ -144,5 +144,5 @@ def write(s: SweepSummary, out_dir: Path, price: Price | None, extra: list[Table
         bullets.append(f"cost at {price.text()}: this run {usd(price.run_usd(s.wall_s or 0.0))}")
     images = [plot(s, out_dir)] + ([heatmap(s, out_dir)] if s.kind == "shape" else [])
     tables = [delta_table(s, price), *effect_table(s), *cpu_tables(s), *extra]
-    return write_document(out_dir, f"layerbench sweep: {s.stack} by {s.key} — {s.run_id}", bullets, tables,
-                          [i for i in images if i])
+    return write_document(out_dir, Document(f"layerbench sweep: {s.stack} by {s.key} — {s.run_id}", bullets, tables,
+                                            [i for i in images if i]))

@@ -15,7 +15,7 @@ from harness.analysis.conclude import Evidence, settle
 from harness.analysis.shards import Merged, PodCount, merge, run_folders
 from harness.errors import LayerbenchError
 from harness.profile.schema import LoadProfile
-from harness.results import git_revision, read_jsonl
+from harness.results import failure_reason, git_revision, read_jsonl
 from harness.schemas import SIDES, AppliedConfig, CompareSummary, RunSummary, ServedModel
 from stacks.base import parse_startup_log
 
@@ -59,10 +59,12 @@ def _write(path: Path, text: str) -> None:
 
 
 def assemble(run_dir: Path, summary: CompareSummary, profile: LoadProfile, sides: dict[str, dict],
-             note: str | None = None, allow_mismatch: bool = False, meta: dict | None = None) -> CompareSummary:
+             plan: dict | None = None, meta: dict | None = None) -> CompareSummary:
     """Fills `summary` (what was decided before the run: stack, shape, model, target, cluster) from the sides'
     results in run_dir and writes the run folder's files. sides: per label what the target recorded of it
-    (engine_version, images, nodes, status, error)."""
+    (engine_version, images, nodes, status, error). plan: the compare's plan file (harness.targets.remote_run:
+    the stack's note on its metrics, whether versions may differ)."""
+    note, allow_mismatch = (plan or {}).get("note"), bool((plan or {}).get("allow_mismatch", False))
     merged: dict[str, Merged] = {}
     for label in SIDES:
         found = side_results(run_dir / label, profile, label)
@@ -93,7 +95,7 @@ def assemble(run_dir: Path, summary: CompareSummary, profile: LoadProfile, sides
                 **({"model": summary.model.model_dump(mode="json")} if summary.model else {}),
                 "cluster": summary.cluster, **(meta or {})}
     if summary.failures:
-        run_meta["reason"] = "; ".join(f"{k}: {v.splitlines()[0]}" for k, v in summary.failures.items())
+        run_meta["reason"] = failure_reason(summary.failures)
     _write(run_dir / "run.json", json.dumps(run_meta, indent=2, default=str))
     _write(run_dir / "compare.json", summary.model_dump_json(indent=2))
     return summary

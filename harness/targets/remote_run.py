@@ -7,6 +7,7 @@ commands.sh the user ran by hand."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import LayerbenchError
@@ -19,10 +20,22 @@ from stacks.base.engine_model import study_comparable
 PLAN_FILE = "compare-plan.json"
 
 
-def skeleton(stack: Stack, profile: LoadProfile, run_id: str, repeats: int | None, target: str,
-             model: str, revision: str, aliases: tuple[str, ...], cluster: dict) -> CompareSummary:
+@dataclass(frozen=True)
+class Where:
+    """Where a remote compare's sides run: the target, the cluster's model (repo id and revision), the metric
+    names the stack's image renames, and the cluster's own facts (a k8s namespace)."""
+
+    target: str
+    model: str
+    revision: str
+    aliases: tuple[str, ...] = ()
+    cluster: dict = field(default_factory=dict)
+
+
+def skeleton(stack: Stack, profile: LoadProfile, run_id: str, repeats: int | None, where: Where) -> CompareSummary:
     """The compare as known before its sides run."""
-    served = cluster_model(model, revision)
+    served = cluster_model(where.model, where.revision)
+    target, aliases, cluster = where.target, where.aliases, where.cluster
     study = study_comparable(profile.name, served) and profile.builtin_shaped()
     return CompareSummary(
         run_id=run_id, stack=stack.kind, baseline_stack="vllm", in_request_path=stack.in_request_path,
@@ -72,7 +85,7 @@ def conclude(run_dir: Path, status: str | None = None, error: str | None = None)
     for label, info in sides.items():  # the cluster's record: each side's images and nodes, for the report
         keep = ("images", "nodes", "stack", "gpu_telemetry")  # gpu_telemetry: the dcgm-exporter scraped, or none
         summary.cluster = {**(summary.cluster or {}), label: {k: info.get(k) for k in keep}}
-    summary = assemble(run_dir, summary, profile, sides, plan.get("note"), plan.get("allow_mismatch", False))
+    summary = assemble(run_dir, summary, profile, sides, plan)
     if status and status != "complete":
         summary.status = status
         if error:

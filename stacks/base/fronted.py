@@ -53,8 +53,7 @@ class FrontedEngineStack(LocalServerStack):
     def wait_ready(self, timeout: float, console: Console | None = None) -> float:
         assert self.proc is not None, "deploy() first"
         waited = self.engine.wait_ready(timeout) if self.engine is not None else 0.0
-        return waited + wait_http_ready(self.ready_url(), timeout, self.server_name, self.proc.alive, self.log_path,
-                                        console)
+        return waited + wait_http_ready(self.ready_url(), timeout, self.server_name, self.proc, console)
 
     def teardown(self) -> None:
         try:

@@ -9,6 +9,7 @@ request path: the runtime's flags and env. The one local change: the server bind
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 from typing import Any
@@ -23,14 +24,25 @@ POD_MODEL_DIR = "/mnt/models"  # where KServe's storage initializer puts storage
 DEFAULT_IMAGE = "vllm/vllm-openai"
 
 
+@dataclass(frozen=True)
+class RuntimeContainer:
+    """The ServingRuntime's container: its image (vLLM's official one unless named) and tag, and the CPU and memory
+    it asks for."""
+
+    image: str | None = None
+    version: str = "latest"
+    cpu: str = "2"
+    memory: str = "8Gi"
+
+
 def render(settings: DeploySettings, engine_flags: list[str], name: str = "layerbench",
-           storage_uri: str | None = None, image: str | None = None, version: str = "latest",
-           cpu: str = "2", memory: str = "8Gi") -> list[dict[str, Any]]:
+           storage_uri: str | None = None, container: RuntimeContainer | None = None) -> list[dict[str, Any]]:
     """[ServingRuntime, InferenceService] as they would be applied; engine_flags are the bare vLLM baseline's
     engine flags (stacks.vllm.engine_args), so both sides run the same engine settings."""
-    values = {"name": name, "runtime": f"{name}-vllm", "image": f"{image or DEFAULT_IMAGE}:{version}",
-              "storage_uri": storage_uri or f"pvc://models/{settings.served_model_name}", "cpu": cpu,
-              "memory": memory}
+    c = container or RuntimeContainer()
+    values = {"name": name, "runtime": f"{name}-vllm", "image": f"{c.image or DEFAULT_IMAGE}:{c.version}",
+              "storage_uri": storage_uri or f"pvc://models/{settings.served_model_name}", "cpu": c.cpu,
+              "memory": c.memory}
     runtime = yaml.safe_load(Template((TEMPLATES / "servingruntime-vllm.yaml").read_text()).substitute(values))
     isvc = yaml.safe_load(Template((TEMPLATES / "inferenceservice-raw.yaml").read_text()).substitute(values))
     isvc["spec"]["predictor"]["model"]["args"] = list(engine_flags)

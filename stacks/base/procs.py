@@ -10,7 +10,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 import httpx
@@ -223,9 +223,10 @@ def _in_use() -> set[str]:
     return {u.removesuffix(" (deleted)").strip() for u in used}
 
 
-def wait_http_ready(url: str, timeout: float, what: str, alive: Callable[[], bool], log_path: Path,
-                    console: Console | None = None, headers: dict[str, str] | None = None) -> float:
-    """Poll `url` until it answers 200; fail fast (with the log's last 40 lines) if the process dies."""
+def wait_http_ready(url: str, timeout: float, what: str, proc: ManagedProcess, console: Console | None = None,
+                    headers: dict[str, str] | None = None) -> float:
+    """Poll `url` until it answers 200; fail fast (with the last 40 lines of its log) if `proc` dies."""
+    alive, log_path = proc.alive, proc.log_path
     t0 = time.monotonic()
     console = console or Console(stderr=True)
     with Progress(SpinnerColumn(), TextColumn("[bold]{task.description}"), TimeElapsedColumn(),

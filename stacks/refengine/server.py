@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -97,6 +98,21 @@ class SimConfig(BaseModel):
 
 # what POST /sim/faults may change while the engine runs
 RUNTIME_FAULTS = ("fail_500", "fail_429", "cut_stream", "metrics_delay_ms", "metrics_fault", "metrics_fault_every")
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """One request as the engine streams its answer: its id, its form (chat, Triton's, or a completion; usage
+    asked), its prompt and output tokens, and what was drawn for it (a cut stream, the TTFT jitter)."""
+
+    rid: str
+    chat: bool
+    triton: bool
+    include_usage: bool
+    prompt_tokens: int
+    max_tokens: int
+    cut: bool
+    jitter_ms: float
 
 
 class Engine:
@@ -241,8 +257,8 @@ class Engine:
             self.metrics.on_admit(prompt_tokens, max_tokens, (t_admit - t_arrival) / 1e9, cached, BLOCK_TOKENS)
             self._publish()
             try:
-                await self._stream(resp, rid, chat, t_arrival, t_admit, prompt_tokens, max_tokens, jitter,
-                                   include_usage, cut, triton)
+                await self._stream(resp, Generation(rid, chat, triton, include_usage, prompt_tokens, max_tokens, cut,
+                                                    jitter), t_arrival, t_admit)
             finally:
                 self.running -= 1
                 self.kv_tokens -= kv
@@ -274,9 +290,10 @@ class Engine:
             obj["usage"] = usage
         return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
-    async def _stream(self, resp: Responder, rid: str, chat: bool, t_arrival: int, t_admit: int,
-                      prompt_tokens: int, max_tokens: int, jitter_ms: float, include_usage: bool, cut: bool,
-                      triton: bool = False) -> None:
+    async def _stream(self, resp: Responder, gen: Generation, t_arrival: int, t_admit: int) -> None:
+        """Streams `gen`'s answer on its token deadlines; t_arrival, t_admit: perf_counter_ns."""
+        rid, chat, triton, include_usage = gen.rid, gen.chat, gen.triton, gen.include_usage  # locals: read per chunk
+        prompt_tokens, max_tokens, cut, jitter_ms = gen.prompt_tokens, gen.max_tokens, gen.cut, gen.jitter_ms
         cfg = self.cfg
         clock = time.perf_counter_ns
         slow = self.factor()

@@ -10,7 +10,7 @@ import pytest
 from harness.analysis.calibrate import levels_held
 from harness.analysis.conclude import pair_order
 from harness.analysis.stats import steady_window, tokens_between
-from harness.analysis.verdict import balanced_mean, components, holm, judge
+from harness.analysis.verdict import Criteria, balanced_mean, components, holm, judge
 from harness.host.dtype import fastest_dtype
 from harness.load.client import RequestRecord
 from harness.measure.pairs import schedule
@@ -39,10 +39,11 @@ def test_the_order_balanced_mean_cancels_a_linear_drift():
 
 def test_holm_and_a_verdict_without_any_spread():
     assert holm([0.01, 0.04, None, 0.03]) == [0.03, 0.06, None, 0.06]
+    shares = Criteria(log_scale=False)
     same = np.full((3, 2), -0.5)  # goodput 100% -> 50% in every pair
-    assert [v.verdict for v in judge(same, np.array([1, -1, -1]), log_scale=False)] == ["overhead", "overhead"]
+    assert [v.verdict for v in judge(same, np.array([1, -1, -1]), criteria=shares)] == ["overhead", "overhead"]
     none = np.zeros((3, 2))
-    assert [v.verdict for v in judge(none, np.array([1, -1, -1]), log_scale=False)] == ["equivalent"] * 2
+    assert [v.verdict for v in judge(none, np.array([1, -1, -1]), criteria=shares)] == ["equivalent"] * 2
 
 
 def test_host_components_pool_across_level_counts():

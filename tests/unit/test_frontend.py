@@ -16,6 +16,7 @@ from rich.console import Console
 
 from harness.errors import LayerbenchError
 from harness.measure.pairs import pair_targets
+from harness.measure.run import Output, Run
 from harness.procedures.compare import run_compare
 from harness.profile.schema import EngineSettings, LoadProfile, load_profile
 from harness.reporting.report import context
@@ -152,7 +153,7 @@ def test_sides_that_would_run_different_servers_are_refused_before_deploying(tmp
         pair_targets(raw, 0)
     writer = RunWriter("compare-kserve", root=tmp_path / "results")
     with pytest.raises(LayerbenchError, match="different vLLM API servers"):
-        run_compare(raw, LoadProfile(name="x"), writer, Console(quiet=True), 1, allow_mismatch=False)
+        run_compare(raw, Run(LoadProfile(name="x"), writer, Output.to(Console(quiet=True)), 1), allow_mismatch=False)
     assert started == []
     same = KServeStack(settings(tmp_path, "python", mode="raw"))
     assert ef.frontend_note(same.baseline(), same, "python") == f"both sides run {ef.SERVERS['python']}"

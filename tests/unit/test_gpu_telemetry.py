@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from harness.errors import LayerbenchError
@@ -141,7 +142,8 @@ def test_memory_that_stays_held_fails_naming_the_process(nvml):
     text = str(e.value)
     assert "GPU memory was not returned 0 s after baseline vllm was torn down" in text or "after baseline vllm" in text
     assert "GPU 0: 30,000 MiB in use against 400 MiB before the first deployment" in text
-    assert f"pid {me} (" in text and "holds 29,000 MiB" in text and "pytest" in text
+    # named as the process runs (pytest, or an xdist worker's python)
+    assert f"pid {me} (" in text and "holds 29,000 MiB" in text and psutil.Process(me).name() in text
 
 
 def test_a_host_without_gpus_has_nothing_to_wait_for():
@@ -152,6 +154,7 @@ def test_a_compare_fails_when_the_baseline_keeps_its_gpu_memory(nvml, tmp_path, 
     """Two reference-engine deployments on 'GPU 0': memory held after the first fails the second, named."""
     from rich.console import Console
 
+    from harness.measure.run import Output, Run
     from harness.measure.session import baseline_then_stack
     from harness.profile.schema import LoadProfile
     from harness.results import RunWriter
@@ -167,8 +170,8 @@ def test_a_compare_fails_when_the_baseline_keeps_its_gpu_memory(nvml, tmp_path, 
     profile = LoadProfile(name="t", concurrency=[2], requests=20, requests_per_concurrency=0, output_tokens=4,
                           input_tokens=32, warmup_sweep=False, scrape="none", min_duration_s=1.5)
     writer = RunWriter("gpu-held", tmp_path / "results")
-    measured = baseline_then_stack([("baseline", SimStack(settings)), ("stack", SimStack(settings))], profile,
-                                   writer, Console(quiet=True), 1)
+    run = Run(profile, writer, Output.to(Console(quiet=True)), 1)
+    measured = baseline_then_stack([("baseline", SimStack(settings)), ("stack", SimStack(settings))], run)
     assert "stack" in measured.failures and "stack" not in measured.runs
     why = measured.failures["stack"]
     assert f"pid {me}" in why and "after baseline sim was torn down" in why

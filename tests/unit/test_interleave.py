@@ -98,7 +98,7 @@ def test_a_window_is_measured_again_while_the_idle_side_is_busy(monkeypatch):
     run.level = level
     monkeypatch.setattr(interleave.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(interleave, "save", lambda writer, summary: None)
-    interleave.window(run, Idle(), 0, 1, 1, 0, Console(quiet=True))
+    interleave.window(run, Idle(), 0, 1, range(0, 1), Console(quiet=True).print)
     # 0.05 cores twice (above 0.02): measured again; the third try, idle, is the one kept
     assert run.attempts == [0, 1, 2] and run.summary.remeasured == 2
     assert len(run.summary.levels) == 1 and run.summary.levels[0].attempt == 2
@@ -125,7 +125,7 @@ def test_the_last_try_is_kept_with_its_idle_figure(monkeypatch):
     run.level = level
     monkeypatch.setattr(interleave.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(interleave, "save", lambda writer, summary: None)
-    interleave.window(run, Idle(), 0, 1, 1, 0, Console(quiet=True))
+    interleave.window(run, Idle(), 0, 1, range(0, 1), Console(quiet=True).print)
     assert run.attempts == [0, 1, 2] and len(run.summary.levels) == 1
     assert run.summary.levels[0].idle_cores == pytest.approx(0.1)
 

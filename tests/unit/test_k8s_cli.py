@@ -67,8 +67,8 @@ def test_an_invalid_rendering_is_refused_with_every_problem(tmp_path, capsys, mo
 def test_k8s_without_dry_run_hands_the_plan_to_the_runner(tmp_path, monkeypatch, capsys):
     seen = {}
 
-    def run_plan(plan, settings, out_dir, console, **kwargs):
-        seen.update(plan=plan, out_dir=out_dir, **kwargs)
+    def run_plan(plan, settings, out_dir, console, options):
+        seen.update(plan=plan, out_dir=out_dir, options=options)
         return 0
 
     monkeypatch.setattr("harness.targets.k8s.runner.run_plan", run_plan)
@@ -77,7 +77,7 @@ def test_k8s_without_dry_run_hands_the_plan_to_the_runner(tmp_path, monkeypatch,
     (run,) = tmp_path.iterdir()
     assert seen["out_dir"] == run and [s.label for s in seen["plan"].sides] == ["stack"]
     assert (run / "manifests" / "stack-vllm.yaml").exists()  # what was applied is kept with the run
-    assert seen["allow_version_mismatch"] is False and callable(seen["rerender"])
+    assert seen["options"].allow_version_mismatch is False and callable(seen["options"].rerender)
 
 
 @pytest.mark.parametrize(("argv", "message"), [

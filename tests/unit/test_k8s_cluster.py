@@ -23,7 +23,7 @@ from harness.errors import LayerbenchError
 from harness.targets.k8s import jobresults
 from harness.targets.k8s.cluster import Cluster
 from harness.targets.k8s.plan import ClusterSettings, K8sPlan, Side
-from harness.targets.k8s.runner import run_plan
+from harness.targets.k8s.runner import RunOptions, run_plan
 from tests.k8s_emulator import Emulator, write_kubeconfig
 
 RUN = "20261201-101010-compare-ray-abc123"
@@ -328,7 +328,7 @@ def two_sides(emu: Emulator) -> K8sPlan:
 def test_run_plan_end_to_end(emu: Emulator, tmp_path: Path) -> None:
     plan = two_sides(emu)
     with Cluster.connect(NS, RUN, write_kubeconfig(tmp_path / "kubeconfig", emu.url), poll_s=0.002) as c:
-        assert run_plan(plan, CS, tmp_path, quiet(), cluster=c) == 0
+        assert run_plan(plan, CS, tmp_path, quiet(), RunOptions(cluster=c)) == 0
     assert (tmp_path / f"baseline/{RUN}/baseline.json").read_text() == '"baseline"'
     assert (tmp_path / f"stack/{RUN}/stack.json").read_text() == '"stack"'
     for label in ("baseline", "stack"):
@@ -349,7 +349,7 @@ def test_run_plan_version_mismatch_fails_and_cleans_up(emu: Emulator, tmp_path: 
     emu.behave("lb-stack-isvc", version="0.31.1")
     with connect(emu) as c, pytest.raises(LayerbenchError, match=r"stack \(kserve\): engine versions differ: "
                                                                  r"baseline runs vLLM 0.32.0 .*stack runs 0.31.1"):
-        run_plan(plan, CS, tmp_path, quiet(), cluster=c)
+        run_plan(plan, CS, tmp_path, quiet(), RunOptions(cluster=c))
     assert emu.labelled(RUN) == [] and emu.objects("Pod") == []
     assert (tmp_path / "baseline" / RUN / "baseline.json").exists()  # the completed side's results are kept
     assert yaml.safe_load((tmp_path / "k8s-run.json").read_text())["status"] == "failed"
@@ -362,7 +362,7 @@ def test_run_plan_cleans_up_after_each_failure(emu: Emulator, tmp_path: Path, ta
     emu.behave(target, mode)
     settings = ClusterSettings(ready_timeout_s=0.05)
     with connect(emu) as c, pytest.raises(LayerbenchError):
-        run_plan(plan, settings, tmp_path, quiet(), cluster=c)
+        run_plan(plan, settings, tmp_path, quiet(), RunOptions(cluster=c))
     assert emu.labelled(RUN) == [] and emu.objects("Pod") == []
 
 
@@ -371,7 +371,7 @@ def test_run_plan_keeps_the_results_of_a_failed_load(emu: Emulator, tmp_path: Pa
     emu.behave("lb-baseline-load", "fail", log="error: level 4 failed\n" + marker_log({"partial.json": "[]"}))
     with connect(emu) as c, pytest.raises(LayerbenchError, match=r"(?s)baseline \(vllm\): Job/lb-baseline-load: "
                                                                  r"Failed=True.*error: level 4 failed"):
-        run_plan(plan, CS, tmp_path, quiet(), cluster=c)
+        run_plan(plan, CS, tmp_path, quiet(), RunOptions(cluster=c))
     assert (tmp_path / "baseline" / "partial.json").read_text() == "[]"
     assert emu.labelled(RUN) == []
 
@@ -383,13 +383,13 @@ def test_run_plan_reports_a_failed_cleanup_with_the_failure(emu: Emulator, tmp_p
     with connect(emu) as c, pytest.raises(LayerbenchError, match=r"(?s)baseline \(vllm\): Deployment/lb-base cannot "
                                           r"become ready: .*ImagePullBackOff.*\nand then cleanup incomplete.*"
                                           r"Deployment/lb-base still present after 0.05 s"):
-        run_plan(plan, CS.model_copy(update={"delete_timeout_s": 0.05}), tmp_path, quiet(), cluster=c)
+        run_plan(plan, CS.model_copy(update={"delete_timeout_s": 0.05}), tmp_path, quiet(), RunOptions(cluster=c))
 
 
 def test_run_plan_cleans_up_after_an_interrupt(emu: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with connect(emu) as c, pytest.raises(KeyboardInterrupt):
         monkeypatch.setattr(c, "run_job", Mock(side_effect=KeyboardInterrupt))
-        run_plan(two_sides(emu), CS, tmp_path, quiet(), cluster=c)
+        run_plan(two_sides(emu), CS, tmp_path, quiet(), RunOptions(cluster=c))
     assert emu.labelled(RUN) == [] and emu.objects("Pod") == []
     assert yaml.safe_load((tmp_path / "k8s-run.json").read_text())["status"] == "failed"
 
@@ -397,5 +397,5 @@ def test_run_plan_cleans_up_after_an_interrupt(emu: Emulator, tmp_path: Path, mo
 def test_run_plan_preflight_failure_deploys_nothing(tmp_path: Path) -> None:
     with Emulator(gpu_nodes={}) as emu, connect(emu) as c:
         with pytest.raises(LayerbenchError, match=r"no node has nvidia.com/gpu allocatable >= 1 \(nodes: none\)"):
-            run_plan(two_sides(emu), CS, tmp_path, quiet(), cluster=c)
+            run_plan(two_sides(emu), CS, tmp_path, quiet(), RunOptions(cluster=c))
         assert not [r for r in emu.requests if r[0] == "POST"]

@@ -24,7 +24,8 @@ from harness.targets.k8s import dcgm, jobresults
 from harness.targets.k8s.cluster import Cluster
 from harness.targets.k8s.plan import ClusterSettings
 from harness.targets.k8s.render import render_plan
-from harness.targets.k8s.runner import run_plan
+from harness.targets.k8s.render_load import LoadCommand
+from harness.targets.k8s.runner import RunOptions, run_plan
 from stacks.base import DeploySettings, get_stack
 from tests.k8s_emulator import Emulator
 
@@ -59,13 +60,13 @@ def compare(emu: Emulator, tmp_path: Path, modes: list[str] | None = None) -> tu
                                                      **({"status": {"accessModes": modes}} if modes else {})})
     profile = load_profile("quick")
     stack = get_stack("vllm")(DeploySettings(engine=profile.engine, target="k8s"))
-    plan = render_plan(stack, profile, CS, RUN, "compare", repeats=1)
+    plan = render_plan(stack, profile, CS, RUN, LoadCommand("compare", 1))
     (tmp_path / "results" / RUN).mkdir(parents=True)
     (tmp_path / "results" / RUN / "summary.json").write_text("{}")
     for side in plan.sides:
         emu.behave(side.load_job["metadata"]["name"], log=jobresults.pack(tmp_path / "results") + "\n")
     with Cluster(NS, RUN, emu.api_client(), poll_s=0.002, request_timeout_s=5) as c:
-        assert run_plan(plan, CS, tmp_path / "out", Console(file=io.StringIO(), width=200), cluster=c) == 0
+        assert run_plan(plan, CS, tmp_path / "out", Console(file=io.StringIO(), width=200), RunOptions(cluster=c)) == 0
     sides = {label: json.loads((tmp_path / "out" / label / "k8s-side.json").read_text())
              for label in ("baseline", "stack")}
     jobs = {o["metadata"]["labels"]["layerbench.io/side"]: o for o in emu.created

@@ -24,7 +24,8 @@ from harness.targets.k8s.images import DEFAULT_KSERVE_HF_IMAGE, DEFAULT_RAY_IMAG
 from harness.targets.k8s.plan import ClusterSettings
 from harness.targets.k8s.preflight import preflight
 from harness.targets.k8s.render import render_plan
-from harness.targets.k8s.runner import run_plan
+from harness.targets.k8s.render_load import LoadCommand
+from harness.targets.k8s.runner import RunOptions, run_plan
 from stacks.base import DeploySettings, get_stack
 from tests.k8s_emulator import Emulator
 
@@ -84,9 +85,9 @@ def test_a_node_whose_driver_is_too_old_is_refused_before_anything_is_created(tm
     with cluster({"gpu-1": gfd_labels("570.133.20", "12.8")}) as emu:
         stack = get_stack("ray")(DeploySettings(engine=PROFILE.engine, target="k8s"))
         cs = ClusterSettings(load_image=LOAD)
-        plan = render_plan(stack, PROFILE, cs, RUN, "compare", 1)
+        plan = render_plan(stack, PROFILE, cs, RUN, LoadCommand("compare", 1))
         with connect(emu) as c, pytest.raises(LayerbenchError) as e:
-            run_plan(plan, cs, tmp_path, Console(file=io.StringIO(), width=200), cluster=c)
+            run_plan(plan, cs, tmp_path, Console(file=io.StringIO(), width=200), RunOptions(cluster=c))
         text = str(e.value)
         assert text.startswith("no GPU node's driver can run the engine images: node gpu-1 has NVIDIA driver "
                                "570.133.20; vllm/vllm-openai:v0.29.0 is built for CUDA 13.0")

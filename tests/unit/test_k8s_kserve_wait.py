@@ -16,7 +16,8 @@ from harness.profile.schema import load_profile
 from harness.targets.k8s.cluster import Cluster
 from harness.targets.k8s.plan import ClusterSettings
 from harness.targets.k8s.render import render_plan
-from harness.targets.k8s.runner import run_plan
+from harness.targets.k8s.render_load import LoadCommand
+from harness.targets.k8s.runner import RunOptions, run_plan
 from stacks.base import DeploySettings, get_stack
 from tests.k8s_emulator import Emulator
 
@@ -38,10 +39,10 @@ def emulator(**kw) -> Emulator:
 def run(emu: Emulator, cs: ClusterSettings, tmp_path, **options) -> str:
     """`run --stack kserve` (the stack's side only) on the emulator; the error it stops with."""
     stack = get_stack("kserve")(DeploySettings(engine=PROFILE.engine, target="k8s", options=options))
-    plan = render_plan(stack, PROFILE, cs, RUN, "run", 1)
+    plan = render_plan(stack, PROFILE, cs, RUN, LoadCommand("run", 1))
     with Cluster(cs.namespace, RUN, emu.api_client(), poll_s=0.002, request_timeout_s=5) as c:
         with pytest.raises(LayerbenchError) as e:
-            run_plan(plan, cs, tmp_path, Console(file=io.StringIO(), width=200), cluster=c)
+            run_plan(plan, cs, tmp_path, Console(file=io.StringIO(), width=200), RunOptions(cluster=c))
     return str(e.value)
 
 

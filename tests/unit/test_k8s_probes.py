@@ -17,7 +17,8 @@ from harness.targets.k8s.cluster import Cluster
 from harness.targets.k8s.images import DEFAULT_KSERVE_HF_IMAGE, DEFAULT_RAY_IMAGE, DEFAULT_TRITON_IMAGE
 from harness.targets.k8s.plan import ClusterSettings
 from harness.targets.k8s.render import render_plan
-from harness.targets.k8s.runner import run_plan
+from harness.targets.k8s.render_load import LoadCommand
+from harness.targets.k8s.runner import RunOptions, run_plan
 from stacks.base import DeploySettings, get_stack
 from tests.k8s_emulator import Emulator
 
@@ -36,7 +37,7 @@ def quiet() -> Console:
 
 def plan(kind: str, cs: ClusterSettings, **options):
     stack = get_stack(kind)(DeploySettings(engine=PROFILE.engine, target="k8s", options=options))
-    return render_plan(stack, PROFILE, cs, RUN, "compare", 1), stack
+    return render_plan(stack, PROFILE, cs, RUN, LoadCommand("compare", 1)), stack
 
 
 def cluster(**kw) -> Emulator:
@@ -55,10 +56,11 @@ def run(emu: Emulator, kind: str, cs: ClusterSettings, tmp_path, **options):
     p, stack = plan(kind, cs, **options)
 
     def rerender(version: str):
-        return render_plan(stack, PROFILE, cs.model_copy(update={"vllm_version": version}), RUN, "compare", 1)
+        return render_plan(stack, PROFILE, cs.model_copy(update={"vllm_version": version}), RUN,
+                           LoadCommand("compare", 1))
 
     with Cluster(cs.namespace, RUN, emu.api_client(), poll_s=0.002, request_timeout_s=5) as c:
-        return run_plan(p, cs, tmp_path, quiet(), cluster=c, rerender=rerender)
+        return run_plan(p, cs, tmp_path, quiet(), RunOptions(cluster=c, rerender=rerender))
 
 
 def test_the_old_default_set_is_refused_before_any_engine_is_applied(tmp_path):

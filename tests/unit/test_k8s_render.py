@@ -14,6 +14,7 @@ from harness.profile.schema import load_profile
 from harness.targets.k8s.common import gpu_engine_args
 from harness.targets.k8s.plan import ClusterSettings, K8sPlan
 from harness.targets.k8s.render import render_plan, write_plan
+from harness.targets.k8s.render_load import LoadCommand
 from harness.targets.k8s.validate import plan_problems
 from stacks.base import DeploySettings, get_stack
 
@@ -33,7 +34,7 @@ def stack(kind: str, **options):
 
 
 def plan(kind: str, cs: ClusterSettings | None = None, command: str = "compare", **options) -> K8sPlan:
-    return render_plan(stack(kind, **options), PROFILE, cs or settings(), RUN, command, repeats=2)
+    return render_plan(stack(kind, **options), PROFILE, cs or settings(), RUN, LoadCommand(command, 2))
 
 
 def by_kind(objects: list[dict], kind: str) -> dict:
@@ -152,7 +153,7 @@ def test_rayservice_has_the_local_serve_shape():
 def test_extra_vllm_flags_cannot_reach_ray():
     s = get_stack("ray")(DeploySettings(engine=PROFILE.engine.model_copy(update={"extra_args": ["--x"]})))
     with pytest.raises(LayerbenchError, match="extra_args"):
-        render_plan(s, PROFILE, settings(), RUN, "compare")
+        render_plan(s, PROFILE, settings(), RUN, LoadCommand("compare"))
 
 
 # --- Triton --------------------------------------------------------------------------------------------
@@ -265,7 +266,7 @@ def test_kserve_proxy_is_kserves_proxy_model_in_front_of_a_bare_vllm():
 def test_stacks_without_a_cluster_form_are_refused(kind):
     s = get_stack(kind)(DeploySettings(url="http://127.0.0.1:1"))
     with pytest.raises(LayerbenchError, match=f"stack {kind} has no k8s form"):
-        render_plan(s, PROFILE, settings(), RUN, "compare")
+        render_plan(s, PROFILE, settings(), RUN, LoadCommand("compare"))
 
 
 # --- the load Job -------------------------------------------------------------------------------------

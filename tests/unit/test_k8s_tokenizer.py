@@ -24,8 +24,9 @@ from harness.targets.k8s import probes
 from harness.targets.k8s.docker import command_problems, render_docker
 from harness.targets.k8s.plan import ClusterSettings
 from harness.targets.k8s.render import render_plan
+from harness.targets.k8s.render_load import LoadCommand
 from stacks.base import DeploySettings, get_stack
-from stacks.base.endpoint import EndpointStack
+from stacks.endpoint import EndpointStack
 from stacks.sim import SimStack
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,11 +78,12 @@ def test_a_kserve_run_that_fetches_the_model_itself_has_no_cache_to_count_with()
     """KServe's raw mode with hf:// storage and no baseline: nothing mounts the PVC, so the load does not either
     (it counts 4 characters a token, and its summary says so)."""
     stack = get_stack("kserve")(DeploySettings(engine=PROFILE.engine, target="k8s"))
-    (side,) = render_plan(stack, PROFILE, CS, RUN, "run").sides
+    (side,) = render_plan(stack, PROFILE, CS, RUN, LoadCommand("run")).sides
     pod = side.load_job["spec"]["template"]["spec"]
     assert all(v["name"] != "hf-cache" for v in pod["volumes"])
     assert opt(pod["containers"][0]["args"], "tokenizer") is None
-    (with_pvc,) = render_plan(stack, PROFILE, CS.model_copy(update={"kserve_storage": "pvc"}), RUN, "run").sides
+    (with_pvc,) = render_plan(stack, PROFILE, CS.model_copy(update={"kserve_storage": "pvc"}), RUN,
+                              LoadCommand("run")).sides
     assert opt(with_pvc.load_job["spec"]["template"]["spec"]["containers"][0]["args"], "tokenizer") is not None
 
 

@@ -11,6 +11,7 @@ from harness.errors import LayerbenchError
 from harness.profile.schema import load_profile
 from harness.targets.k8s.plan import ClusterSettings
 from harness.targets.k8s.render import render_plan
+from harness.targets.k8s.render_load import LoadCommand
 from harness.targets.k8s.validate import builtin_problems, object_problems, plan_problems
 from stacks.base import DeploySettings, get_stack
 
@@ -20,7 +21,8 @@ PROFILE = load_profile("quick")
 
 def side_objects(kind: str, label: str = "stack", **options) -> list[dict]:
     s = get_stack(kind)(DeploySettings(engine=PROFILE.engine, options=options))
-    side = next(x for x in render_plan(s, PROFILE, ClusterSettings(), RUN, "compare").sides if x.label == label)
+    plan = render_plan(s, PROFILE, ClusterSettings(), RUN, LoadCommand("compare"))
+    side = next(x for x in plan.sides if x.label == label)
     return copy.deepcopy([*side.objects, side.load_job])
 
 
@@ -84,7 +86,7 @@ def test_the_safety_policy_rejects_host_network_privileges_and_missing_limits():
 
 def test_plan_problems_name_the_side():
     s = get_stack("ray")(DeploySettings(engine=PROFILE.engine))
-    p = render_plan(s, PROFILE, ClusterSettings(), RUN, "compare")
+    p = render_plan(s, PROFILE, ClusterSettings(), RUN, LoadCommand("compare"))
     p.sides[0].load_job["spec"]["template"]["spec"]["hostNetwork"] = True
     assert plan_problems(p, "1.33") == ["baseline (vllm): Job/lb-baseline-vllm-abc123-load: spec.template.spec: "
                                         "hostNetwork is true"]

@@ -12,6 +12,7 @@ from harness.errors import LayerbenchError
 from harness.profile.schema import load_profile
 from harness.targets.k8s.plan import ClusterSettings
 from harness.targets.k8s.render import render_plan
+from harness.targets.k8s.render_load import LoadCommand
 from harness.targets.k8s.validate import plan_problems
 from stacks.base import DeploySettings, get_stack
 
@@ -78,7 +79,7 @@ def test_bad_options_are_refused(option, value):
 def test_the_k8s_form_is_the_engine_and_litellm_with_its_config_and_passes_the_validators():
     cs = ClusterSettings(model="Qwen/Qwen2.5-0.5B-Instruct", model_revision="main")
     s = get_stack("litellm")(DeploySettings(engine=PROFILE.engine, target="k8s"))
-    p = render_plan(s, PROFILE, cs, RUN, "compare", repeats=1)
+    p = render_plan(s, PROFILE, cs, RUN, LoadCommand("compare", 1))
     assert [x.stack for x in p.sides] == ["vllm", "litellm"]
     assert plan_problems(p, cs.k8s_version) == []
     side = p.sides[1]

@@ -14,9 +14,9 @@ import pytest
 from harness.analysis.stats import level_stats
 from harness.errors import LayerbenchError
 from harness.load.client import RequestRecord, StreamClient
-from harness.load.openloop import Pool, drive_open, run_rate_level, schedule
+from harness.load.openloop import Pool, RatePlan, drive_open, run_rate_level, schedule
 from harness.load.prompts import PromptGenerator
-from harness.load.runner import run_level
+from harness.load.runner import Hooks, LevelPlan, Phase, Sender, run_level
 from harness.profile.schema import SLO, load_profile
 from harness.reporting.run_report import health_warnings, level_rows
 from harness.results import new_run_id
@@ -34,10 +34,10 @@ def deploy(tmp_path: Path, **options) -> SimStack:
     return stack
 
 
-def client_for(stack: SimStack, max_tokens: int = 4) -> tuple[StreamClient, PromptGenerator]:
+def client_for(stack: SimStack, max_tokens: int = 4) -> Sender:
     ep = stack.endpoint()
-    return (StreamClient(ep.base_url, ep.model, max_tokens=max_tokens, timeout_s=30),
-            PromptGenerator(new_run_id("t"), stack.kind, 32))
+    return Sender(StreamClient(ep.base_url, ep.model, max_tokens=max_tokens, timeout_s=30),
+                  PromptGenerator(new_run_id("t"), stack.kind, 32))
 
 
 def records(run) -> list[RequestRecord]:
@@ -73,9 +73,9 @@ def test_schedule_gaps():
 
 
 def test_scheduler_keeps_its_send_times(fast_sim):
-    client, gen = client_for(fast_sim)
+    sender = client_for(fast_sim)
     # 20 req/s: a lateness bound of 12.5 ms (a quarter of the gap), room for a loaded host's late wake-ups
-    run = asyncio.run(run_rate_level(client, gen, 20.0, 30, arrival="constant", warmup_waves=0))
+    run = asyncio.run(run_rate_level(sender, RatePlan(20.0, 30, arrival="constant", warmup_waves=0)))
     recs = sorted(records(run), key=lambda r: r.index)
     assert run.sent == 30 and len(recs) == 30 and all(r.ok for r in recs)  # every request was sent
     assert run.rate == 20.0 and run.concurrency == 0
@@ -87,7 +87,7 @@ def test_scheduler_keeps_its_send_times(fast_sim):
     assert s.achieved_rate == pytest.approx(20.0, rel=0.1)
     assert s.off_schedule is None, s.off_schedule
 
-    run = asyncio.run(run_rate_level(client, gen, 50.0, 20, arrival="poisson", seed=7, warmup_waves=0))
+    run = asyncio.run(run_rate_level(sender, RatePlan(50.0, 20, arrival="poisson", seed=7, warmup_waves=0)))
     recs = sorted(records(run), key=lambda r: r.index)
     assert run.sent == 20 and len(recs) == 20 and all(r.ok for r in recs)
     assert [r.t_due_ns - recs[0].t_due_ns for r in recs] == schedule(50.0, 20, "poisson", 7)
@@ -96,19 +96,20 @@ def test_scheduler_keeps_its_send_times(fast_sim):
 def test_stopped_levels_record_every_request_sent(fast_sim):
     """A dead deployment stops the schedule (runner.watch), Ctrl-C cancels it; either way each request that
     was sent is recorded once, those in flight marked, and nothing is sent after."""
-    client, gen = client_for(fast_sim)
+    sender = client_for(fast_sim)
     seen: list[RequestRecord] = []
-    run = asyncio.run(run_rate_level(client, gen, 50.0, 200, arrival="constant", warmup_waves=0,
-                                     on_record=seen.append, dead=lambda: "sim exited" if len(seen) >= 5 else None))
+    dying = Sender(sender.client, sender.gen, dead=lambda: "sim exited" if len(seen) >= 5 else None)
+    run = asyncio.run(run_rate_level(dying, RatePlan(50.0, 200, arrival="constant", warmup_waves=0),
+                                     Hooks(on_record=seen.append)))
     assert run.aborted == "deployment died: sim exited"
     assert 5 <= run.sent < 200 and len(run.records) == run.sent == len(seen)
 
-    client, gen = client_for(fast_sim, max_tokens=60)  # ~65 ms requests at 500 req/s: dozens in flight
+    sender = client_for(fast_sim, max_tokens=60)  # ~65 ms requests at 500 req/s: dozens in flight
 
     async def interrupted() -> list[RequestRecord]:
         got: list[RequestRecord] = []
-        pool = Pool(client)
-        task = asyncio.create_task(drive_open(client, gen, 500.0, 0, "measure", schedule(500.0, 5000, "constant"),
+        pool = Pool(sender.client)
+        task = asyncio.create_task(drive_open(sender, Phase(500.0, 0, "measure"), schedule(500.0, 5000, "constant"),
                                               pool, got.append))
         while len(got) < 20:
             await asyncio.sleep(0.005)
@@ -142,12 +143,12 @@ def test_latency_counts_from_the_schedule():
 
 
 def test_coordinated_omission_shows_the_queue(one_seq_sim):
-    client, gen = client_for(one_seq_sim)
-    closed = asyncio.run(run_level(client, gen, 1, 20, warmup_waves=0))
+    sender = client_for(one_seq_sim)
+    closed = asyncio.run(run_level(sender, LevelPlan(1, 20, warmup_waves=0)))
     c1 = level_stats(records(closed), 1, SLO())
     assert c1.failed == 0 and c1.ttft_ms.p50 < 2 * TTFT_MS  # a closed loop waits: it sees the bare TTFT
     # 120 req/s offered to a server of ~38 req/s: the queue grows by ~80 requests a second
-    run = asyncio.run(run_rate_level(client, gen, 120.0, 40, arrival="constant", warmup_waves=0))
+    run = asyncio.run(run_rate_level(sender, RatePlan(120.0, 40, arrival="constant", warmup_waves=0)))
     s = level_stats(records(run), 0, SLO(), rate=120.0)
     assert s.failed == 0 and s.sent == 40
     assert s.ttft_ms.p95 > 5 * TTFT_MS, s.ttft_ms
@@ -157,12 +158,12 @@ def test_coordinated_omission_shows_the_queue(one_seq_sim):
 def test_a_client_side_queue_counts_from_the_schedule(one_seq_sim):
     """One connection for 120 req/s: requests wait in the client, not the server. From the request going out
     the TTFT is the bare one; from the schedule it holds the wait."""
-    client, gen = client_for(one_seq_sim)
+    sender = client_for(one_seq_sim)
 
     async def go():
-        pool = Pool(client, limit=1)
+        pool = Pool(sender.client, limit=1)
         try:
-            return await drive_open(client, gen, 120.0, 0, "measure", schedule(120.0, 30, "constant"), pool,
+            return await drive_open(sender, Phase(120.0, 0, "measure"), schedule(120.0, 30, "constant"), pool,
                                     lambda r: None)
         finally:
             pool.close()
@@ -174,8 +175,8 @@ def test_a_client_side_queue_counts_from_the_schedule(one_seq_sim):
 
 
 def test_unsustainable_rate_is_flagged(fast_sim):
-    client, gen = client_for(fast_sim, max_tokens=2)
-    run = asyncio.run(run_rate_level(client, gen, 20000.0, 300, seed=1, warmup_waves=0))
+    sender = client_for(fast_sim, max_tokens=2)
+    run = asyncio.run(run_rate_level(sender, RatePlan(20000.0, 300, seed=1, warmup_waves=0)))
     recs = records(run)
     assert run.sent == 300 and len(recs) == 300  # every scheduled request was sent, late
     s = level_stats(recs, 0, SLO(), rate=20000.0)

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from harness.analysis.stats import level_stats
 from harness.load.client import RequestRecord, StreamClient
 from harness.load.prompts import PromptGenerator
-from harness.load.runner import run_level
+from harness.load.runner import LevelPlan, Sender, run_level
 from harness.profile.schema import SLO
 from harness.results import new_run_id
 from harness.schemas import LevelStats
@@ -33,11 +33,11 @@ def deploy(cls, tmp_path: Path, **options):
     return stack
 
 
-def measure(stack, concurrency=4, n=24, max_tokens=16, warmup=1, api="completions", **kw) -> tuple[LevelStats, list]:
+def measure(stack, concurrency=4, n=24, max_tokens=16, warmup=1, api="completions") -> tuple[LevelStats, list]:
     ep = stack.endpoint()
     client = StreamClient(ep.base_url, ep.model, api=api, max_tokens=max_tokens, timeout_s=30)
     gen = PromptGenerator(new_run_id("t"), stack.kind, 32)
-    run = asyncio.run(run_level(client, gen, concurrency, n, warmup_waves=warmup, **kw))
+    run = asyncio.run(run_level(Sender(client, gen), LevelPlan(concurrency, n, warmup_waves=warmup)))
     recs = [RequestRecord.from_json(r) for r in run.records]
     return level_stats(recs, concurrency, SLO()), run
 
@@ -184,6 +184,7 @@ def test_several_serving_processes_share_one_port_and_stop_together(tmp_path):
         procs = [p for ps in stack.processes().values() for p in ps]
         assert len(procs) >= 3
         client = StreamClient(stack.endpoint().base_url, "tiny", max_tokens=2, timeout_s=30)
-        run = asyncio.run(run_level(client, PromptGenerator(new_run_id("t"), "t", 16), 24, 240, warmup_waves=0))
+        sender = Sender(client, PromptGenerator(new_run_id("t"), "t", 16))
+        run = asyncio.run(run_level(sender, LevelPlan(24, 240, warmup_waves=0)))
         assert run.sent == 240 and all(r["ok"] for r in run.records)
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in procs)

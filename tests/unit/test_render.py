@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.reporting.document import Table, html_document, inline, write_document
+from harness.reporting.document import Document, Table, html_document, inline, write_document
 
 TITLE = "layerbench: ray vs vllm <sample>"
 BULLETS = ["**overhead** at c=64: the `proxy` adds 3 ms", "plain & simple"]
@@ -35,7 +35,7 @@ def write_sample(out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     for i, name in enumerate(IMAGES):
         imsave(out_dir / name, np.full((3, 4 + i, 3), 0.2 * (i + 1)))
-    write_document(out_dir, TITLE, BULLETS, TABLES, IMAGES, DETAILS)
+    write_document(out_dir, Document(TITLE, BULLETS, TABLES, IMAGES, DETAILS))
     return out_dir / "report.html"
 
 
@@ -170,7 +170,7 @@ def test_inline_converts_bold_and_code_and_escapes(text: str, html: str):
     ("within noise", "neutral"), ("12.5", None), ("overheads", None),  # only the verdict word, not a prefix of one
 ])
 def test_verdict_cells_are_coloured(tmp_path: Path, cell: str, cls: str | None):
-    page = Page(html_document(tmp_path, "t", [], [("T", "", ["level", "verdict"], [["c=1", cell]])], [], []))
+    page = Page(html_document(tmp_path, Document("t", [], [("T", "", ["level", "verdict"], [["c=1", cell]])])))
     assert page.tables[0].rows[1] == [(None, "c=1"), (cls, cell)]
 
 

@@ -263,13 +263,14 @@ def test_one_pair_and_no_aa_has_no_interval_and_says_so():
 
 def test_the_hosts_aa_floors_a_quiet_compare_and_gives_one_pair_an_interval():
     from harness.analysis.deltas import judged_levels
+    from harness.analysis.judging import Design
     from harness.schemas import AAReference, Components
 
     base = [window(1, tok_s=100), window(4, tok_s=400)]
     stack = [window(1, tok_s=90), window(4, tok_s=300)]
     runs = (run("baseline", "vllm", base), run("stack", "ray", stack))
     noisy = Components(ms_pair=0.005, df_pair=4, ms_res=0.0025, df_res=8, levels=2, pairs=5)  # an A/A: ~6% a pair
-    levels, _ = judged_levels(*runs, [1, 4], host={"throughput": noisy})
+    levels, _ = judged_levels(*runs, [1, 4], design=Design(host={"throughput": noisy}))
     assert all(lv.ci is not None for lv in levels)
     assert levels[1].endpoints["throughput"].verdict == "overhead"  # -25% against a host's ±6% per pair
     assert levels[0].endpoints["throughput"].verdict == "inconclusive"  # -10%: inside it

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from rich.console import Console
 
 from harness.errors import LayerbenchError
+from harness.measure.run import Output, Run
 from harness.measure.session import baseline_then_stack
 from harness.schemas import AppliedConfig, RunSummary
 
@@ -40,8 +41,8 @@ def test_sides_a_resume_measured_are_not_deployed_and_are_reported(tmp_path):
     prior = {"baseline": summary("baseline"), "stack": summary("stack")}
     plan = SimpleNamespace(prior=prior, side_done=lambda label: True, invocation=1)
     heard: list[set[str]] = []
-    out = baseline_then_stack([("baseline", Refuses()), ("stack", Refuses())], None, None,  # type: ignore[arg-type]
-                              Console(file=io.StringIO()), 2, plan,  # type: ignore[arg-type]
+    run = Run(None, None, Output.to(Console(file=io.StringIO())), 2, plan)  # type: ignore[arg-type]
+    out = baseline_then_stack([("baseline", Refuses()), ("stack", Refuses())], run,
                               after_side=lambda s: heard.append(set(s.runs)))
     assert set(out.runs) == {"baseline", "stack"} and not out.failures
     assert heard == [{"baseline"}, {"baseline", "stack"}]  # the caller could write both sides
@@ -53,6 +54,7 @@ def test_keep_going_false_stops_at_the_first_failing_shape(tmp_path):
                            invocation=1)
     failing, after = Refuses(fail=True), Refuses(fail=True)
     writer = SimpleNamespace(dir=tmp_path)
-    out = baseline_then_stack([("baseline", Refuses()), ("stack", failing), ("stack-2", after)], None,
-                              writer, Console(file=io.StringIO()), 1, plan, keep_going=False)  # type: ignore[arg-type]
+    run = Run(None, writer, Output.to(Console(file=io.StringIO())), 1, plan)  # type: ignore[arg-type]
+    out = baseline_then_stack([("baseline", Refuses()), ("stack", failing), ("stack-2", after)], run,
+                              keep_going=False)
     assert out.failures == {"stack": "cannot deploy"} and failing.entered == 1 and after.entered == 0

@@ -19,7 +19,7 @@ from harness.load.triton_client import TritonStreamClient
 from harness.profile.models import STUDY_MODEL
 from harness.profile.schema import EngineSettings, load_profile
 from harness.reporting.report import _published
-from harness.targets.remote_run import skeleton
+from harness.targets.remote_run import Where, skeleton
 from stacks import triton
 from stacks.base import DeploySettings, triton_repo
 from stacks.base.engine_env import engine_args
@@ -205,7 +205,7 @@ def test_a_copy_without_its_utils_package_is_refused(tmp_path, monkeypatch):
 def test_remote_targets_serve_the_images_backend_and_carry_the_study(tmp_path, monkeypatch, target):
     stack = TritonStack(settings(tmp_path, target=target))
     assert stack.shape() == "NVIDIA's vLLM backend (the Triton image's)"
-    summary = skeleton(stack, load_profile("default"), "r1", 1, target, *STUDY_MODEL, (), {})
+    summary = skeleton(stack, load_profile("default"), "r1", 1, Where(target, *STUDY_MODEL))
     assert summary.shape == stack.shape()  # the report's title and headline name it
     assert summary.published is not None
     [line] = _published(summary)
@@ -216,8 +216,7 @@ def test_remote_targets_serve_the_images_backend_and_carry_the_study(tmp_path, m
 
 
 def test_a_local_run_of_our_model_carries_no_study(tmp_path):
-    summary = skeleton(TritonStack(settings(tmp_path)), load_profile("default"), "r1", 1, "local", *STUDY_MODEL,
-                       (), {})
+    summary = skeleton(TritonStack(settings(tmp_path)), load_profile("default"), "r1", 1, Where("local", *STUDY_MODEL))
     assert summary.published is None and _published(summary) == []
     assert summary.shape == triton_repo.OURS
 

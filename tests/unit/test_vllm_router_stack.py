@@ -12,6 +12,7 @@ from harness.errors import LayerbenchError
 from harness.profile.schema import load_profile
 from harness.targets.k8s.plan import ClusterSettings
 from harness.targets.k8s.render import render_plan
+from harness.targets.k8s.render_load import LoadCommand
 from harness.targets.k8s.validate import plan_problems
 from stacks.base import DeploySettings, get_stack
 
@@ -68,7 +69,7 @@ def test_a_missing_install_names_the_setup_target(tmp_path, monkeypatch):
 def test_the_k8s_form_routes_to_the_engine_service_and_passes_the_validators():
     cs = ClusterSettings(model="Qwen/Qwen2.5-0.5B-Instruct", model_revision="main")
     s = get_stack("vllm-router")(DeploySettings(engine=PROFILE.engine, target="k8s", options={"policy": "random"}))
-    p = render_plan(s, PROFILE, cs, RUN, "compare", repeats=1)
+    p = render_plan(s, PROFILE, cs, RUN, LoadCommand("compare", 1))
     assert [x.stack for x in p.sides] == ["vllm", "vllm-router"]
     assert plan_problems(p, cs.k8s_version) == []
     side = p.sides[1]

@@ -12,7 +12,7 @@ import pytest
 from harness.cli.main import main
 from harness.errors import LayerbenchError
 from harness.load.datasets import load_dataset
-from harness.load.prompts import PromptGenerator
+from harness.load.prompts import PromptGenerator, Workload
 from harness.profile.schema import LoadProfile
 from harness.profile.workload import Lognormal, PrefixGroups, Uniform
 
@@ -35,8 +35,8 @@ def sharegpt(path: Path, n: int = 12, words: int = 30) -> Path:
 
 def test_lengths_are_drawn_from_the_run_alone(tokenizer_path):
     def lengths(run: str, key: str = "") -> list[tuple[int, int | None]]:
-        gen = PromptGenerator(run, key, Lognormal.model_validate(LOGNORMAL), tokenizer_path,
-                              output_tokens=Uniform(uniform=[4, 40]))
+        gen = PromptGenerator(run, key, Workload(Lognormal.model_validate(LOGNORMAL),
+                                                 output_tokens=Uniform(uniform=[4, 40])), tokenizer_path)
         return [(r.input_tokens, r.max_tokens) for r in (gen.request(4, i) for i in range(400))]
 
     a = lengths("run-a")
@@ -62,7 +62,7 @@ def test_shared_prefix_groups_share_exactly_their_prefix(tokenizer_path):
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(tokenizer_path))
-    gen = PromptGenerator("r", "", 300, tokenizer_path, prefix=PrefixGroups(groups=3, shared_tokens=200))
+    gen = PromptGenerator("r", "", Workload(300, prefix=PrefixGroups(groups=3, shared_tokens=200)), tokenizer_path)
     ids = [tok.encode(gen.prompt(1, i), add_special_tokens=False).ids for i in range(60)]
     groups: dict[tuple[int, ...], list[list[int]]] = {}
     for x in ids:
@@ -79,7 +79,7 @@ def test_sharegpt_and_jsonl_datasets_are_read_and_sampled(tmp_path):
         " ".join(f"answer{j}" for j in range(10)))
     jl = tmp_path / "d.jsonl"
     jl.write_text("\n".join(json.dumps({"prompt": f"tell me about {i}", "output_tokens": 5 + i}) for i in range(8)))
-    gen = PromptGenerator("r", "", "dataset", None, output_tokens="dataset", dataset=str(jl))
+    gen = PromptGenerator("r", "", Workload("dataset", output_tokens="dataset", dataset=str(jl)))
     reqs = [gen.request(2, i) for i in range(50)]
     assert {r.max_tokens for r in reqs} <= set(range(5, 13)) and len({r.max_tokens for r in reqs}) >= 5
     assert all(r.text.split(" ", 1)[1].startswith("tell me about ") for r in reqs)  # the dataset's own text

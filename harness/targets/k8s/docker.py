@@ -26,7 +26,7 @@ from harness.targets.k8s.driver_check import check_host, script_check
 from harness.targets.k8s.images import PROBE_MARKER, VERSION_PROBE
 from harness.targets.k8s.plan import ClusterSettings, settle
 from harness.targets.k8s.render import side_labels
-from harness.targets.k8s.render_load import LOAD_HF_HOME, load_command, profile_text, tokenizer_dir
+from harness.targets.k8s.render_load import LOAD_HF_HOME, LoadCommand, load_command, profile_text, tokenizer_dir
 from stacks.base import Stack, target_form
 
 PROFILE = "/etc/layerbench/profile.yaml"
@@ -84,7 +84,7 @@ def render_docker(stack: Stack, profile: LoadProfile, cs: ClusterSettings, run_i
                      "--security-opt", "no-new-privileges", "--cap-drop", "ALL",
                      "-v", f"$RUN_DIR/profile.yaml:{PROFILE}:ro", "-v", f"$RESULTS/{label}:/results",
                      "-v", f"$HF_CACHE:{LOAD_HF_HOME}:ro", cs.load_image,  # the served model's tokenizer.json
-                     "layerbench", *load_command(command, deployed.url, deployed, PROFILE, "/results", repeats,
+                     "layerbench", *load_command(LoadCommand(command, repeats), deployed, PROFILE, "/results",
                                                  tokenizer=tokenizer_dir(cs))]
         plan.sides.append(side)
     if cs.check_driver:  # on the GPU host itself: its driver against every engine image, before any pull

@@ -59,9 +59,24 @@ def gpus_option(devices: list[int]) -> list[str]:
     return ["--gpus", f'"device={",".join(map(str, devices))}"'] if devices else []
 
 
-def server(name: str, cs: ClusterSettings, image: str, args: list[str], hf_home: str,
-           env: dict[str, str], entrypoint: str | None = None, mounts: tuple[str, ...] = (),
-           devices: list[int] | None = None) -> list[str]:
+@dataclass(frozen=True)
+class Container:
+    """A server's container: its image and the command line after it (run by `entrypoint` where named, else by the
+    image's own), where the HF cache is mounted in it, its environment beside engine_env's, and its other mounts
+    (`docker run -v` values)."""
+
+    image: str
+    args: list[str]
+    hf_home: str
+    env: dict[str, str] = field(default_factory=dict)
+    entrypoint: str | None = None
+    mounts: tuple[str, ...] = ()
+
+
+def server(name: str, cs: ClusterSettings, container: Container, devices: list[int] | None = None) -> list[str]:
+    """`docker run` of a side's server named `name`, on `devices` (None: the first cs.gpus)."""
+    image, args, hf_home, env = container.image, container.args, container.hf_home, container.env
+    entrypoint, mounts = container.entrypoint, container.mounts
     cmd = ["docker", "run", "-d", "--name", name, "--label", "app.kubernetes.io/managed-by=layerbench",
            "--security-opt", "no-new-privileges", "--cap-drop", "ALL", "--shm-size", cs.shm_size.replace("i", "")]
     cmd += gpus_option(devices if devices is not None else list(range(cs.gpus or 0)))
@@ -81,9 +96,9 @@ def _api(url: str) -> dict[str, str]:
 
 def vllm(stack: Stack, cs: ClusterSettings, name: str, label: str, files: dict[str, str]) -> DockerForm:
     image = vllm_image(cs)
-    run = server(name, cs, image, ["-m", "vllm.entrypoints.openai.api_server",
-                                   *vllm_server_args(stack, cs, ROOT_HF_HOME, "127.0.0.1")],
-                 ROOT_HF_HOME, {}, entrypoint="python3", devices=gpu_devices(stack, cs))
+    run = server(name, cs, Container(image, ["-m", "vllm.entrypoints.openai.api_server",
+                                             *vllm_server_args(stack, cs, ROOT_HF_HOME, "127.0.0.1")],
+                                     ROOT_HF_HOME, entrypoint="python3"), gpu_devices(stack, cs))
     url = f"http://127.0.0.1:{VLLM_PORT}"
     return DockerForm(run=run, image=image, url=url, ready=f"{url}/health", metrics=_api(url))
 
@@ -97,7 +112,7 @@ def kserve(stack: Stack, cs: ClusterSettings, name: str, label: str, files: dict
         cmd += [f"--revision={ref.revision}"] if ref.revision else []
         image = vllm_image(cs)
         url = f"http://127.0.0.1:{POD_PORT}"
-        run = server(name, cs, image, cmd[1:], ROOT_HF_HOME, env, entrypoint=cmd[0], devices=gpu_devices(stack, cs))
+        run = server(name, cs, Container(image, cmd[1:], ROOT_HF_HOME, env, entrypoint=cmd[0]), gpu_devices(stack, cs))
         return DockerForm(run=run, image=image,
                           url=url, ready=f"{url}/health", metrics=_api(url))
     if mode == "proxy":
@@ -108,7 +123,7 @@ def kserve(stack: Stack, cs: ClusterSettings, name: str, label: str, files: dict
     container = runtime["spec"]["containers"][0]
     args = [a.replace("{{.Name}}", name) for a in container["args"]] + isvc["spec"]["predictor"]["model"]["args"]
     url = f"http://127.0.0.1:{POD_PORT}{OPENAI_PREFIX}"
-    run = server(name, cs, cs.kserve_hf_image, args, HF_RUNTIME_HOME, {}, devices=gpu_devices(stack, cs))
+    run = server(name, cs, Container(cs.kserve_hf_image, args, HF_RUNTIME_HOME), gpu_devices(stack, cs))
     return DockerForm(run=run, image=cs.kserve_hf_image,
                       url=url, ready=f"http://127.0.0.1:{POD_PORT}/v1/models/{name}", metrics=_api(url))
 
@@ -117,9 +132,10 @@ def ray(stack: Stack, cs: ClusterSettings, name: str, label: str, files: dict[st
     """`serve run` starts a private Ray in the container and deploys the app."""
     config = {"http_options": {"host": "127.0.0.1", "port": SERVE_PORT}, **serve_config(stack, cs)}
     files[f"{label}-ray-serve.yaml"] = yaml.safe_dump(config, sort_keys=False)
-    run = server(name, cs, cs.ray_image, ["serve", "run", "/home/ray/serve.yaml"], RAY_HF_HOME,
-                 {"RAY_USAGE_STATS_ENABLED": "0"}, mounts=(f"$RUN_DIR/{label}-ray-serve.yaml:/home/ray/serve.yaml:ro",),
-                 devices=gpu_devices(stack, cs))
+    run = server(name, cs, Container(cs.ray_image, ["serve", "run", "/home/ray/serve.yaml"], RAY_HF_HOME,
+                                     {"RAY_USAGE_STATS_ENABLED": "0"},
+                                     mounts=(f"$RUN_DIR/{label}-ray-serve.yaml:/home/ray/serve.yaml:ro",)),
+                 gpu_devices(stack, cs))
     url = f"http://127.0.0.1:{SERVE_PORT}"
     # the ingress answers before the engine replica is up: ready means a real completion goes through; Ray's
     # metrics agent is in the container's network namespace, as the local stack reads it
@@ -132,9 +148,10 @@ def triton(stack: Stack, cs: ClusterSettings, name: str, label: str, files: dict
     """The model repository the local stack writes, mounted writable (the model writes applied.json)."""
     for path, text in repository_files(stack, cs).items():
         files[f"{label}-triton-repo/{path}"] = text
-    run = server(name, cs, cs.triton_image, ["tritonserver", *server_args("/models", "127.0.0.1")], ROOT_HF_HOME,
-                 {"LC_ALL": "C.UTF-8"}, mounts=(f"$RUN_DIR/{label}-triton-repo:/models",),
-                 devices=gpu_devices(stack, cs))
+    run = server(name, cs, Container(cs.triton_image, ["tritonserver", *server_args("/models", "127.0.0.1")],
+                                     ROOT_HF_HOME, {"LC_ALL": "C.UTF-8"},
+                                     mounts=(f"$RUN_DIR/{label}-triton-repo:/models",)),
+                 gpu_devices(stack, cs))
     url = f"http://127.0.0.1:{HTTP_PORT}"
     return DockerForm(run=run, image=cs.triton_image, url=url, ready=f"{url}/v2/models/{served_name(cs)}/ready",
                       metrics={**_api(url), "triton_metrics": f"http://127.0.0.1:{HTTP_PORT + 2}/metrics"},

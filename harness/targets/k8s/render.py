@@ -18,7 +18,14 @@ from harness.targets.k8s.common import (
     object_name,
 )
 from harness.targets.k8s.plan import ClusterSettings, K8sPlan, Side, settle
-from harness.targets.k8s.render_load import load_job, peers_service, profile_configmap, uses_pvc
+from harness.targets.k8s.render_load import (
+    LoadCommand,
+    LoadNames,
+    load_job,
+    peers_service,
+    profile_configmap,
+    uses_pvc,
+)
 from stacks.base import Stack, target_form
 
 
@@ -53,10 +60,13 @@ def render_side(stack: Stack, cs: ClusterSettings, run_id: str, label: str) -> t
     return kind, target_form(kind, "k8s")(stack, cs, run_id, label)
 
 
-def render_plan(stack: Stack, profile: LoadProfile, cs: ClusterSettings, run_id: str, command: str = "run",
-                repeats: int | None = None, extra: tuple[str, ...] = (), baseline: bool = True) -> K8sPlan:
-    """Every side of `command` (run, compare, audit) for `stack`, with its load Job; nothing is applied. The
-    cluster settings are settled first (the engine version, the GPUs per pod, the profile's model)."""
+def render_plan(stack: Stack, profile: LoadProfile, cs: ClusterSettings, run_id: str,
+                what: LoadCommand | None = None, baseline: bool = True) -> K8sPlan:
+    """Every side of `what.command` (run, compare, audit, capacity; default: run) for `stack`, with its load Job;
+    nothing is applied. The cluster settings are settled first (the engine version, the GPUs per pod, the profile's
+    model)."""
+    what = what or LoadCommand()
+    command = what.command
     check_stack(stack.kind, "k8s")
     cs, how = settle(cs, stack.kind, getattr(stack.options, "mode", None), profile.engine)
     if cs.load_parallelism > 1 and command == "capacity":
@@ -67,11 +77,10 @@ def render_plan(stack: Stack, profile: LoadProfile, cs: ClusterSettings, run_id:
     rendered = [(label, *render_side(stack, cs, run_id, label)) for label in side_labels(command, baseline)]
     cache = uses_pvc([d.objects for _, _, d in rendered], cs.hf_cache_pvc)  # the served model's tokenizer is there
     for label, kind, deployed in rendered:
-        name = object_name(run_id, label, kind)
-        profile_cm = profile_configmap(f"{name}-profile", cs, run_id, label, profile)
-        job = load_job(f"{name}-load", f"{name}-profile", cs, run_id, label, command, deployed, repeats, extra,
-                       cache)
-        peers = [peers_service(f"{name}-load", cs, run_id, label)] if cs.load_parallelism > 1 else []
+        names = LoadNames(object_name(run_id, label, kind), run_id, label)
+        profile_cm = profile_configmap(names, cs, profile)
+        job = load_job(names, cs, what, deployed, cache)
+        peers = [peers_service(names, cs)] if cs.load_parallelism > 1 else []
         sides.append(Side(label=label, stack=kind, objects=[profile_cm, *deployed.objects, *peers],
                           ready=deployed.ready,
                           url=deployed.url, protocol=deployed.protocol, engine_selector=deployed.engine_selector,

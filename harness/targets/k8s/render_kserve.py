@@ -32,7 +32,7 @@ from harness.targets.k8s.common import (
 from harness.targets.k8s.plan import ClusterSettings
 from harness.targets.k8s.render_vllm import render_vllm
 from stacks.base import PROJECT_ROOT, Stack
-from stacks.base.kserve_manifests import POD_MODEL_DIR
+from stacks.base.kserve_manifests import POD_MODEL_DIR, RuntimeContainer
 from stacks.base.kserve_manifests import render as render_raw_objects
 
 HF_RUNTIME_HOME = "/mnt/hf-cache"  # KServe's Hugging Face image runs as a non-root user: not under /root
@@ -62,12 +62,13 @@ def storage(cs: ClusterSettings) -> tuple[str, list[str], dict[str, str]]:
     return f"pvc://{cs.hf_cache_pvc}/hub", args, {"HF_HUB_CACHE": POD_MODEL_DIR}
 
 
-def _finish(runtime: dict[str, Any], isvc: dict[str, Any], cs: ClusterSettings, run_id: str, label: str,
+def _finish(runtime: dict[str, Any], isvc: dict[str, Any], cs: ClusterSettings, mine: dict[str, str],
             mounts: list[dict[str, Any]], volumes: list[dict[str, Any]]) -> None:
-    """Namespace, labels, GPU, /dev/shm, the HF token and the runtime class of a runtime and its service."""
+    """Namespace, labels (`mine`: the side's layer labels), GPU, /dev/shm, the HF token and the runtime class of a
+    runtime and its service."""
     for obj in (runtime, isvc):
         obj["metadata"]["namespace"] = cs.namespace
-        obj["metadata"]["labels"] = labels(run_id, label, "layer")
+        obj["metadata"]["labels"] = dict(mine)
     container = runtime["spec"]["containers"][0]
     container["resources"] = resources(cs.cpu, cs.memory, cs.gpus)
     container["env"] = [*container.get("env", []), *env_list({}, cs)]
@@ -86,7 +87,8 @@ def raw_objects(stack: Stack, cs: ClusterSettings, name: str) -> list[dict[str, 
     vLLM image of the engine version, the baseline's engine flags on a GPU, and the model's storage."""
     uri, model_args, model_env = storage(cs)
     runtime, isvc = render_raw_objects(stack.settings, [*gpu_engine_args(stack.settings), *model_args], name=name,
-                                       storage_uri=uri, version=f"v{cs.vllm_version}", cpu=cs.cpu, memory=cs.memory)
+                                       storage_uri=uri, container=RuntimeContainer(version=f"v{cs.vllm_version}",
+                                                                                   cpu=cs.cpu, memory=cs.memory))
     if model_env:
         isvc["spec"]["predictor"]["model"]["env"] = env_list(model_env)
     return [runtime, isvc]
@@ -159,11 +161,13 @@ def render_kserve(stack: Stack, cs: ClusterSettings, run_id: str, label: str) ->
     name = object_name(run_id, label, "kserve")
     if mode == "raw":
         runtime, isvc = raw_objects(stack, cs, name)
-        _finish(runtime, isvc, cs, run_id, label, [{"name": "devshm", "mountPath": "/dev/shm"}], [shm_volume(cs)])
+        _finish(runtime, isvc, cs, labels(run_id, label, "layer"), [{"name": "devshm", "mountPath": "/dev/shm"}],
+                [shm_volume(cs)])
         prefix = ""
     else:
         runtime, isvc = hf_objects(stack, cs, name)
-        _finish(runtime, isvc, cs, run_id, label, engine_mounts(HF_RUNTIME_HOME), [cache_volume(cs), shm_volume(cs)])
+        _finish(runtime, isvc, cs, labels(run_id, label, "layer"), engine_mounts(HF_RUNTIME_HOME),
+                [cache_volume(cs), shm_volume(cs)])
         prefix = OPENAI_PREFIX
     root = service_url(f"{name}-predictor", cs.namespace, SERVICE_PORT)
     return Deployed(objects=[runtime, isvc], ready=[("InferenceService", name)], url=root + prefix,

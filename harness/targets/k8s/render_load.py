@@ -3,6 +3,7 @@ endpoint`, or `audit`) against the side's in-cluster URL, with the run's profile
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -16,10 +17,42 @@ BARRIER_PORT = 29500  # where load pod 0 waits for the others before each level
 LOAD_HF_HOME = "/hf-cache"  # the HF cache in the load's container (the k8s Job's and the docker client's), read-only
 
 
+@dataclass(frozen=True)
+class LoadCommand:
+    """The harness command a side's load runs: the run's command (run, compare, audit, capacity), the repeats asked
+    (None: the profile's), and the command's own arguments (capacity: its SLA and ceiling)."""
+
+    command: str = "run"
+    repeats: int | None = None
+    extra: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LoadNames:
+    """The names and labels of one side's load objects: the Job `<name>-load` (and its peers Service), the profile's
+    ConfigMap `<name>-profile`; all labelled as the run's side's load. name: the side's object_name."""
+
+    name: str
+    run_id: str
+    label: str  # the side: baseline | stack
+
+    @property
+    def job(self) -> str:
+        return f"{self.name}-load"
+
+    @property
+    def configmap(self) -> str:
+        return f"{self.name}-profile"
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return labels(self.run_id, self.label, "load")
+
+
 def tokenizer_dir(cs: ClusterSettings, hf_home: str = LOAD_HF_HOME) -> str:
     """The served model's snapshot in the HF cache mounted at hf_home: the tokenizer.json the engines read, which
     counts the load's prompt lengths (`--opt tokenizer`; a branch or tag is resolved there from the cache's refs/,
-    stacks.base.endpoint.tokenizer_dir). The k8s and docker targets serve only hub repo ids (cs.model)."""
+    stacks.endpoint.tokenizer_dir). The k8s and docker targets serve only hub repo ids (cs.model)."""
     return f"{hf_home}/hub/models--{cs.model.replace('/', '--')}/snapshots/{cs.model_revision}"
 
 
@@ -36,16 +69,16 @@ def uses_pvc(node: Any, claim: str) -> bool:
     return any(uses_pvc(v, claim) for v in node.values() if isinstance(v, dict | list))
 
 
-def load_command(command: str, url: str, deployed: Deployed, profile_path: str, results_dir: str,
-                 repeats: int | None, extra: tuple[str, ...] = (), tokenizer: str | None = None) -> list[str]:
-    """The harness command line that loads one side: what the Job runs, and the docker target's client.
-    extra: the command's own arguments (capacity: its SLA and ceiling); tokenizer: the directory of the served
-    model's tokenizer.json in the load's container (tokenizer_dir), which the load refuses to run without."""
-    verb = command if command in ("audit", "capacity") else "run"
-    args = [verb, "--stack", "endpoint", "--url", url, "--profile", profile_path, "--results-dir", results_dir,
-            *extra]
-    if repeats and verb in ("run", "capacity"):
-        args += ["--repeats", str(repeats)]
+def load_command(what: LoadCommand, deployed: Deployed, profile_path: str, results_dir: str,
+                 tokenizer: str | None = None) -> list[str]:
+    """The harness command line that loads one side (at deployed.url): what the Job runs, and the docker target's
+    client. tokenizer: the directory of the served model's tokenizer.json in the load's container (tokenizer_dir),
+    which the load refuses to run without."""
+    verb = what.command if what.command in ("audit", "capacity") else "run"
+    args = [verb, "--stack", "endpoint", "--url", deployed.url, "--profile", profile_path, "--results-dir",
+            results_dir, *what.extra]
+    if what.repeats and verb in ("run", "capacity"):
+        args += ["--repeats", str(what.repeats)]
     if deployed.protocol == "triton":  # Triton's generate_stream, not OpenAI's API: the client must know
         args += ["--opt", "protocol=triton", "--opt", f"model={deployed.model}"]
     if deployed.metrics:  # the layer's own metric ports, as the local stack declares them
@@ -61,40 +94,39 @@ def profile_text(profile: LoadProfile) -> str:
     return yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False)
 
 
-def profile_configmap(name: str, cs: ClusterSettings, run_id: str, label: str,
-                      profile: LoadProfile) -> dict[str, Any]:
-    cm = template("load/configmap.yaml", name=name, namespace=cs.namespace)
-    cm["metadata"]["labels"] = labels(run_id, label, "load")
+def profile_configmap(names: LoadNames, cs: ClusterSettings, profile: LoadProfile) -> dict[str, Any]:
+    cm = template("load/configmap.yaml", name=names.configmap, namespace=cs.namespace)
+    cm["metadata"]["labels"] = names.labels
     cm["data"] = {"profile.yaml": profile_text(profile)}
     return cm
 
 
-def peers_service(name: str, cs: ClusterSettings, run_id: str, label: str) -> dict[str, Any]:
+def peers_service(names: LoadNames, cs: ClusterSettings) -> dict[str, Any]:
     """The headless Service that gives an Indexed Job's pods stable names (<job>-<i>.<service>), so the other
     load pods reach pod 0's barrier."""
     return {"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": f"{name}-peers", "namespace": cs.namespace, "labels": labels(run_id, label, "load")},
-            "spec": {"clusterIP": "None", "selector": {"batch.kubernetes.io/job-name": name},
+            "metadata": {"name": f"{names.job}-peers", "namespace": cs.namespace, "labels": names.labels},
+            "spec": {"clusterIP": "None", "selector": {"batch.kubernetes.io/job-name": names.job},
                      "ports": [{"name": "barrier", "port": BARRIER_PORT, "targetPort": BARRIER_PORT,
                                 "protocol": "TCP"}]}}
 
 
-def load_job(name: str, configmap: str, cs: ClusterSettings, run_id: str, label: str, command: str,
-             deployed: Deployed, repeats: int | None, extra: tuple[str, ...] = (),
+def load_job(names: LoadNames, cs: ClusterSettings, what: LoadCommand, deployed: Deployed,
              cache: bool = True) -> dict[str, Any]:
     """The side's load Job. cache: the run's engines read the HF cache PVC, so the load mounts it too and counts
     prompt lengths with the served model's tokenizer.json from it (without: 4 characters a token, and the run
     summary says so; only a KServe raw side fetching hf:// by itself, with no baseline, has no PVC)."""
+    name = names.job
     job = template("load/job.yaml", name=name, namespace=cs.namespace, image=cs.load_image, cpu=cs.load_cpu,
-                   memory=cs.load_memory, configmap=configmap)
-    mine = labels(run_id, label, "load")
+                   memory=cs.load_memory, configmap=names.configmap)
+    mine = names.labels
     job["metadata"]["labels"] = mine
     pod = job["spec"]["template"]
     pod["metadata"]["labels"] = mine
     container = pod["spec"]["containers"][0]
-    container["args"] = load_command(command, deployed.url, deployed, PROFILE_PATH, "/results", repeats, extra,
-                                     tokenizer_dir(cs) if cache else None)
-    if cs.load_parallelism > 1 and command != "capacity":  # M pods, each its part of every level, on pod 0's barrier
+    container["args"] = load_command(what, deployed, PROFILE_PATH, "/results", tokenizer_dir(cs) if cache else None)
+    # M pods, each its part of every level, on pod 0's barrier
+    if cs.load_parallelism > 1 and what.command != "capacity":
         m = cs.load_parallelism
         job["spec"].update(completions=m, parallelism=m, completionMode="Indexed")
         pod["spec"]["subdomain"] = f"{name}-peers"

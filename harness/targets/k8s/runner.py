@@ -9,6 +9,7 @@ import contextlib
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -77,11 +78,25 @@ def cache_modes(cluster: Cluster, claim: str) -> list[str]:
     return list((pvc.get("status") or {}).get("accessModes") or (pvc.get("spec") or {}).get("accessModes") or [])
 
 
-def _run_side(cluster: Cluster, side: Side, settings: ClusterSettings, out_dir: Path, console: Console,
-              versions: dict[str, EngineVersion], job_timeout_s: float | None,
-              exporter: tuple[dcgm.Exporter | None, str] = (None, dcgm.NONE_FOUND),
-              modes: list[str] | None = None) -> dict[str, Any]:
-    side_dir = out_dir / side.label
+@dataclass(frozen=True)
+class _PlanRun:
+    """What every side of a running plan shares: the cluster and its settings, the run's folder and console, the
+    wait for a load Job (None: job_timeout's), the GPU exporter found, the HF cache PVC's access modes, and the
+    engine version of each side run so far (filled in as the sides run)."""
+
+    cluster: Cluster
+    settings: ClusterSettings
+    out_dir: Path
+    console: Console
+    job_timeout_s: float | None
+    exporter: tuple[dcgm.Exporter | None, str]
+    modes: list[str]
+    versions: dict[str, EngineVersion]
+
+
+def _run_side(run: _PlanRun, side: Side) -> dict[str, Any]:
+    cluster, settings, console, versions = run.cluster, run.settings, run.console, run.versions
+    side_dir = run.out_dir / side.label
     record: dict[str, Any] = {"stack": side.stack, "url": side.url, "images": side.engine_images}
     job_name = (side.load_job.get("metadata") or {}).get("name")
     failure: BaseException | None = None
@@ -99,13 +114,13 @@ def _run_side(cluster: Cluster, side: Side, settings: ClusterSettings, out_dir: 
                                       f"the same engine version on both sides")
         versions[side.label] = version
         console.print(f"{side.label}: {side.stack} ready in {record['ready_s']} s, vLLM {version.version}")
-        gpus, record["gpu_telemetry"] = dcgm.on_nodes(cluster.core, *exporter, record["nodes"], cluster.timeout)
+        gpus, record["gpu_telemetry"] = dcgm.on_nodes(cluster.core, *run.exporter, record["nodes"], cluster.timeout)
         dcgm.scrape_also(side.load_job, gpus)  # the exporter on the engine's node, beside the engine's metrics
-        if placed := fit_to_cache(side.load_job, modes or [], record["nodes"]):
+        if placed := fit_to_cache(side.load_job, run.modes, record["nodes"]):
             record["load_placement"] = placed
             console.print(f"{side.label}: {placed}")
         try:
-            job = cluster.run_job(side.load_job, job_timeout_s or job_timeout(side.load_job), console)
+            job = cluster.run_job(side.load_job, run.job_timeout_s or job_timeout(side.load_job), console)
         except JobFailed as e:  # the Job packs its results also when the run failed: keep what it measured
             for text in e.logs.values():
                 with contextlib.suppress(LayerbenchError):
@@ -162,16 +177,30 @@ def settle_versions(cluster: Cluster, plan: K8sPlan, settings: ClusterSettings, 
 Rerender = Callable[[str], K8sPlan]  # the plan again, for a measured engine version
 
 
-def run_plan(plan: K8sPlan, settings: ClusterSettings, out_dir: Path, console: Console | None = None, *,
-             cluster: Cluster | None = None, kubeconfig: str | Path | None = None,
-             job_timeout_s: float | None = None, allow_version_mismatch: bool = False,
-             rerender: Rerender | None = None) -> int:
+@dataclass(frozen=True)
+class RunOptions:
+    """How run_plan reaches the cluster and what it allows: a cluster the caller already holds (tests), else the
+    kubeconfig it connects with (None: the default one); a fixed wait for each load Job (None: its own deadline and
+    a margin, job_timeout); engines of different vLLM versions compared anyway; and how to render the plan again
+    for the engine version the probes measured."""
+
+    cluster: Cluster | None = None
+    kubeconfig: str | Path | None = None
+    job_timeout_s: float | None = None
+    allow_version_mismatch: bool = False
+    rerender: Rerender | None = None
+
+
+def run_plan(plan: K8sPlan, settings: ClusterSettings, out_dir: Path, console: Console | None = None,
+             options: RunOptions | None = None) -> int:
     """Runs every side of `plan` in order, after preflight and its probes; 0 when all completed. Failures raise
-    LayerbenchError (exit 2) after cleanup; `cluster` is for callers that already hold one (tests)."""
+    LayerbenchError (exit 2) after cleanup."""
     console = console or Console(stderr=True)
+    options = options or RunOptions()
+    kubeconfig = options.kubeconfig
     settings = plan.settings or settings
-    own = cluster is None
-    cluster = cluster or Cluster.connect(plan.namespace, plan.run_id, kubeconfig)
+    own = options.cluster is None
+    cluster = options.cluster or Cluster.connect(plan.namespace, plan.run_id, kubeconfig)
     out_dir.mkdir(parents=True, exist_ok=True)
     versions: dict[str, EngineVersion] = {}
     summary: dict[str, Any] = {"run_id": plan.run_id, "namespace": plan.namespace, "server": cluster.host,
@@ -182,15 +211,16 @@ def run_plan(plan: K8sPlan, settings: ClusterSettings, out_dir: Path, console: C
                                  max((s.gpus for s in plan.sides), default=0),
                                  [i for s in plan.sides for i in s.engine_images]):
             console.print(f"[yellow]warning:[/] {warning}")
-        plan, images = settle_versions(cluster, plan, settings, console, allow_version_mismatch, rerender)
+        plan, images = settle_versions(cluster, plan, settings, console, options.allow_version_mismatch,
+                                       options.rerender)
         summary["images"] = images
         exporter = dcgm.find(cluster.core, cluster.timeout)
         console.print(f"GPU telemetry: dcgm-exporter {exporter[0]}" if exporter[0] else exporter[1])
-        modes = cache_modes(cluster, settings.hf_cache_pvc)
+        run = _PlanRun(cluster, settings, out_dir, console, options.job_timeout_s, exporter,
+                       cache_modes(cluster, settings.hf_cache_pvc), versions)
         for side in plan.sides:
             try:
-                summary["sides"][side.label] = _run_side(cluster, side, settings, out_dir, console, versions,
-                                                         job_timeout_s, exporter, modes)
+                summary["sides"][side.label] = _run_side(run, side)
             except LayerbenchError as e:
                 raise LayerbenchError(f"{side.label} ({side.stack}): {e}") from None
         summary["status"] = "complete"
