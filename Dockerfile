@@ -7,7 +7,8 @@ COPY pyproject.toml README.md ./
 COPY harness harness
 COPY stacks stacks
 COPY manifests manifests
-# editable, so that the project root (manifests/, the built-in profiles) is where the code expects it
+COPY baselines baselines
+# editable, so that the project root (manifests/, baselines/, the built-in profiles) is where the code expects it
 RUN pip install --no-cache-dir -e . \
  && useradd --uid 10001 --home-dir /tmp --no-create-home layerbench
 USER 10001

@@ -29,7 +29,7 @@ from pydantic import Field
 from rich.console import Console
 
 from harness.errors import LayerbenchError
-from harness.schemas import AppliedConfig, PublishedResult
+from harness.schemas import AppliedConfig
 from stacks.base import PROJECT_ROOT, REGISTRY, DeploySettings, Endpoint, Stack, StackOptions, register
 from stacks.base.engine_env import (
     check_model_files,
@@ -202,12 +202,6 @@ class KServeStack(FrontedEngineStack, VllmStack):
 
     def shape(self) -> str:
         return f"{self.mode} mode"
-
-    def published(self) -> PublishedResult | None:
-        # the study behind this suite: RawDeployment with a vLLM ServingRuntime on one GPU; nothing published
-        # measures KServe's own data plane
-        return PublishedResult(concurrency=64, delta_pct=-2.2, verdict="within noise",
-                               source="The single-GPU study of KServe RawDeployment") if self.mode == "raw" else None
 
     def observability_note(self) -> str | None:
         return {"raw": None,

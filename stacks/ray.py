@@ -23,7 +23,6 @@ from rich.console import Console
 
 from harness.errors import LayerbenchError
 from harness.redact import redact_tree, secret_values
-from harness.schemas import PublishedResult
 from stacks.base import DeploySettings, StackOptions, register
 from stacks.base.engine_env import (
     engine_env,
@@ -185,12 +184,6 @@ class RayStack(LocalServerStack):
 
     def engine_version(self) -> str:
         return installed_vllm_version()
-
-    def published(self) -> PublishedResult | None:
-        # the study's shape: two ingress replicas in front of one engine replica, on one GPU
-        return PublishedResult(concurrency=64, delta_pct=-70.0, verdict="overhead",
-                               source="The single-GPU study of Ray Serve LLM (2 ingress replicas)") \
-            if self.options.ingress_replicas == 2 else None
 
     def describe(self) -> dict:
         return {**super().describe(), "options": self.opts, "temp_dir": str(self.temp_dir),

@@ -22,7 +22,7 @@ from pydantic import Field
 from rich.console import Console
 
 from harness.errors import LayerbenchError
-from harness.schemas import AppliedConfig, LayerMetric, PublishedResult
+from harness.schemas import AppliedConfig, LayerMetric
 from stacks.base import PROJECT_ROOT, DeploySettings, Endpoint, Stack, StackOptions, register
 from stacks.base.engine_env import (
     check_model_files,
@@ -243,14 +243,11 @@ class TritonStack(LocalServerStack):
         """The model that serves, which the report's first line names."""
         return self.model.label
 
-    def published(self) -> PublishedResult | None:
-        """The study measured NVIDIA's vLLM backend: its figures are set beside a run of that backend only, never
-        beside layerbench's model (a different layer, however closely modelled)."""
-        if not self.model.nvidia:
-            return None
-        # the study's author called its c=64 result within noise: a repeat of the same server differed ~10% there
-        return PublishedResult(concurrency=64, delta_pct=-12.6, verdict="within noise",
-                               source="The single-GPU study of Triton's vLLM backend")
+    def published_shape(self) -> dict:
+        """nvidia_backend: whether NVIDIA's vLLM backend serves. The study measured that backend, so its figures
+        (baselines/published/) are set beside a run of it only, never beside layerbench's model (a different
+        layer, however closely modelled)."""
+        return {**super().published_shape(), "nvidia_backend": self.model.nvidia}
 
     def describe(self) -> dict:
         return {**super().describe(), "grpc_port": self.grpc_port, "metrics_port": self.metrics_port,

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from harness.errors import LayerbenchError
 from harness.profile.schema import EngineSettings
 from harness.schemas import AppliedConfig, LayerMetric, PublishedResult, ServedModel
+from harness.schemas.baselines import published_for
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 CACHE_DIR = PROJECT_ROOT / ".cache"
@@ -217,8 +218,14 @@ class Stack(ABC):
         return None
 
     def published(self) -> PublishedResult | None:
-        """What a published study measured for this deployment's shape, where one exists."""
-        return None
+        """What a published study measured for this deployment's shape, where one exists: the reference in
+        baselines/published/*.yaml for this stack whose `shape` this deployment has (published_shape())."""
+        return published_for(self.kind, self.published_shape())
+
+    def published_shape(self) -> dict[str, Any]:
+        """The facts of this deployment a published reference's `shape` is matched against: its options, typed
+        (Ray's ingress_replicas, KServe's mode), and whatever else a study's shape depends on."""
+        return self.options.model_dump()
 
     def observability_note(self) -> str | None:
         """One sentence on a setting that decides what the engine's metrics look like behind this stack."""
