@@ -57,6 +57,7 @@ export DRY_RUN := $(DRY)
 STAMP = $(if $(DRY),@echo "  (dry run: $@ not written)",@touch $@)
 RUN = $(if $(DRY),@echo "  would run:",)
 BASELINE ?=
+BOTH ?=
 RUN ?=
 SLA_TTFT_P95 ?=
 SLA_ITL_P95 ?=
@@ -79,7 +80,7 @@ MODEL_ARGS = $(if $(MODEL),--model $(MODEL)) $(if $(REVISION),--revision $(REVIS
 setup-%: setup $(STAMPS)/setup-% ;  # a layer's own environment (make setup-ray): see LAYERS
 setup-chromium: $(STAMPS)/chromium  ## Debian's headless Chromium, for the report's browser test
 
-.PHONY: setup setup-chromium client run compare capacity sweep audit report soak test \
+.PHONY: setup setup-chromium client run serve compare capacity sweep audit report soak test \
 	test-fast lint bench-harness calibrate clean help stacks doctor gpu-check lock
 ifneq ($(DRY),)
 .PHONY: $(STAMPS)/client $(STAMPS)/engine $(STAMPS)/gpulike $(STAMPS)/model $(STAMPS)/engine-check \
@@ -150,6 +151,11 @@ gpu-check:  ## on an NVIDIA host: driver, build, NVML sampler, doctor and the cl
 
 run: $(needs)  ## one deployment through the load harness
 	$(LB) run --stack $(STACK) --profile $(PROFILE) $(MODEL_ARGS) $(if $(URL),--url $(URL)) $(if $(MODE),--opt mode=$(MODE)) --target $(TARGET) $(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) $(ARGS)
+
+# up until Ctrl-C, as a compare deploys it: prints each side's URL, model and /metrics for your own client
+serve: $(needs)  ## deploy a stack (BOTH=1: and its bare vLLM) as a compare does; up until Ctrl-C
+	$(LB) serve --stack $(STACK) --profile $(PROFILE) $(MODEL_ARGS) $(if $(MODE),--opt mode=$(MODE)) \
+		$(if $(filter-out 0 no false,$(BOTH)),--both) $(ARGS)
 
 compare: $(needs)  ## a layer against its version-matched bare vLLM; report under reports/<run>/
 	$(LB) compare $(if $(RESUME),--resume $(RESUME),--stack $(STACK) --profile $(PROFILE) $(MODEL_ARGS)) \

@@ -280,6 +280,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_arguments(a)
     a.set_defaults(func=cmd_audit)
 
+    from harness.cli.serve import add_parser as add_serve
+
+    add_serve(sub, profile_help, results_help)
+
     from harness.cli.decide import add_parsers
 
     add_parsers(sub, profile_help, results_help)
