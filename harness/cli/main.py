@@ -120,7 +120,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
                                   cost)
     writer.scrub(report.parent)
     compare_summary(console, summary, report, writer.dir, outcome.status)
+    export(args, writer.dir, report.parent)
     return outcome.exit_code(writer, warn)
+
+
+def export(args: argparse.Namespace, run_dir: Path, report_dir: Path) -> None:
+    """--export benchmark-report: each side of the compare, level by level, as an llm-d Benchmark Report v0.2.1
+    (harness.reporting.benchmark_report), next to the report."""
+    if "benchmark-report" in (getattr(args, "export", None) or []):
+        from harness.reporting.benchmark_report import export_benchmark_reports
+
+        paths = export_benchmark_reports(run_dir, report_dir / "benchmark-report")
+        console.print(f"benchmark reports (llm-d v0.2.1, validated): {len(paths)} in {report_dir / 'benchmark-report'}",
+                      highlight=False, soft_wrap=True)
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -234,6 +246,8 @@ def _add_compare(sub, profile_help: str, results_help: str) -> None:
                    help="what one GPU costs per hour: the report adds the run's cost and $ per million output "
                    "tokens per level (default: $GPU_HOURLY_USD)")
     c.add_argument("--opt", action="append", metavar="KEY=VALUE", help="stack option (repeatable)")
+    c.add_argument("--export", action="append", choices=("benchmark-report",), help="also write each side, level by "
+                   "level, as an llm-d Benchmark Report v0.2.1 under reports/<run>/benchmark-report/")
     c.add_argument("--results-dir", type=inputs.results_dir, default=str(RESULTS_DIR), help=results_help)
     c.add_argument("--reports-dir", type=inputs.results_dir, default=None, help="default: reports/")
     add_target_arguments(c)
