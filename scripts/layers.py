@@ -1,5 +1,5 @@
 """The import layering between layerbench's packages: `python scripts/layers.py` prints the longest chain of
-imports between packages, any cycle, and every import that climbs against LAYERS; tests/unit/test_layering.py
+imports between packages, any cycle, and every import that climbs against LAYERS; tests/project/test_layering.py
 holds the same three as the contract CI runs (in make test-fast).
 
 A package is a folder of harness/ or stacks/ (harness.cli, stacks.base, ...); a module loose at the top of one

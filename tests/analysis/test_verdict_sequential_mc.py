@@ -25,7 +25,7 @@ import pytest
 from harness.analysis.sequential import Look, boundaries, fractions, nominal_p
 from harness.analysis.verdict import ALPHA, balanced_mean, components, judge
 from harness.schemas import Components, Verdict
-from tests.unit.test_verdict_mc import SETTINGS, simulate
+from tests.analysis.test_verdict_mc import SETTINGS, simulate
 
 N = 400
 DESIGN = {"gpu-like": (5, 1.5, 15.0), "mid": (10, 2.3, None), "cpu": (8, 3.5, None)}  # max_pairs, min/deployment,

@@ -186,7 +186,7 @@ def test_a_gpu_host_report_shows_the_model_the_gpu_table_and_no_cpu_host_reading
     from harness.reporting.report import decision
     from harness.reporting.report_tables import CPU_HOST_NOTE, detail_tables
     from harness.schemas import ServedModel
-    from tests.unit.test_report_decision import compare, pair
+    from tests.reporting.test_report_decision import compare, pair
 
     def with_gpu(levels, util, mem):
         for lv in levels:
@@ -216,7 +216,7 @@ def test_a_gpu_host_report_shows_the_model_the_gpu_table_and_no_cpu_host_reading
 
 def test_the_gpu_plot_is_drawn_only_where_gpus_were_read(tmp_path):
     from harness.reporting.plots import plots
-    from tests.unit.test_report_decision import compare, pair
+    from tests.reporting.test_report_decision import compare, pair
 
     base, stack = pair(16, 1000.0), pair(16, 700.0)
     (tmp_path / "cpu").mkdir()

@@ -27,8 +27,8 @@ from stacks.base import PROJECT_ROOT, REGISTRY, DeploySettings
 from stacks.kserve import KServeStack
 from stacks.ray import RayStack
 from stacks.triton import TritonStack
-from tests.unit.test_k8s_render import plan as k8s_plan
-from tests.unit.test_triton_stack import settings
+from tests.stacks.test_triton_stack import settings
+from tests.targets.test_k8s_render import plan as k8s_plan
 
 EXAMPLES = PROJECT_ROOT / "reports" / "examples"
 NO_BASELINE = {"endpoint"}  # a server layerbench did not start: no version-matched bare vLLM to set beside it

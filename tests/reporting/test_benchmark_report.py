@@ -15,15 +15,15 @@ from harness.errors import LayerbenchError
 from harness.profile.schema import LoadProfile
 from harness.reporting.benchmark_report import export_benchmark_reports
 from harness.schemas import CompareSummary
-from tests.unit.test_plots import line
-from tests.unit.test_report_decision import compare, pair
+from tests.reporting.test_plots import line
+from tests.reporting.test_report_decision import compare, pair
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def hand_built(run_dir: Path) -> CompareSummary:
     """c=1 alike on both sides; c=4 with the stack a fifth slower and its goodput 100% -> 90% in both pairs (an
-    overhead on goodput, as tests/unit/test_report_decision.py builds it); run.json's profile and 3 measured
+    overhead on goodput, as tests/reporting/test_report_decision.py builds it); run.json's profile and 3 measured
     requests per side and level (prompt 30/31/32 tokens, 8 out) as the engine's usage counted them."""
     s = compare(pair(1, 100.0) + pair(4, 400.0), pair(1, 100.0) + pair(4, 320.0, ttft_p95=300.0, goodput=0.9))
     s.run_id, s.wall_s = run_dir.name, 61.5
@@ -153,7 +153,7 @@ def test_a_real_compare_exports_the_proxys_overhead(tmp_path, write_profile):
 
 
 def test_an_open_loop_level_is_a_request_rate(tmp_path):
-    from tests.unit.test_report_decision import window
+    from tests.reporting.test_report_decision import window
 
     s = compare([window(2.5, 0, open_loop=True), window(2.5, 1, open_loop=True)],
                 [window(2.5, 0, open_loop=True, tok_s=90.0), window(2.5, 1, open_loop=True, tok_s=90.0)])

@@ -33,7 +33,7 @@ from harness.schemas import (
     RunSummary,
     ServerLevelMetrics,
 )
-from tests.unit.test_plots import line
+from tests.reporting.test_plots import line
 
 HEALTH = ClientHealth(cpu_pct=20.0, loop_lag_ms=Dist(), dispatch_delay_ms=Dist())
 NO_ENGINE = (None, None, None)

@@ -10,7 +10,7 @@ import pytest
 from harness.analysis.latency_split import COUNT_TOLERANCE, LevelSplit, hidden, lagging, mean_of, side_split, split
 from harness.reporting.report_tables import split_table
 from harness.schemas import AppliedConfig, CompareSummary, LevelSummary, RunSummary
-from tests.unit.test_latency_split import level
+from tests.analysis.test_latency_split import level
 
 OFF = 40 * (1 + 2 * COUNT_TOLERANCE)  # an engine count well outside the tolerance of the client's 40
 

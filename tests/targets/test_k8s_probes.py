@@ -176,7 +176,7 @@ def test_an_interrupted_compare_deletes_what_it_made_and_reports_what_it_measure
     from harness.cli.main import main
     from harness.targets.k8s import jobresults
     from tests.k8s_emulator import write_kubeconfig
-    from tests.unit.test_k8s_compare import split_side
+    from tests.targets.test_k8s_compare import split_side
 
     local = tmp_path / "local"
     prof = tmp_path / "p.yaml"

@@ -182,7 +182,7 @@ def test_configured_step_follows_the_windows_mix_and_a_slow_level_is_flagged():
     from harness.analysis.emulation import configured_ms, step_checks
     from harness.reporting.emulation_report import step_line, step_table, step_warnings
     from harness.schemas import ServerLevelMetrics
-    from tests.unit.test_report_decision import compare, pair
+    from tests.reporting.test_report_decision import compare, pair
 
     # 100 steps: 1,060 tokens generated, 640 prompt tokens -> 10.6 decoding sequences and 6.4 prompt tokens a step
     server = ServerLevelMetrics(engine_steps=100, engine_step_tokens=1700, generation_tokens=1060, prompt_tokens=640,
@@ -220,7 +220,7 @@ def test_a_window_whose_engine_counted_other_requests_is_left_out_of_the_step_ch
     from harness.analysis.emulation import step_checks
     from harness.reporting.emulation_report import step_line, step_table
     from harness.schemas import ServerLevelMetrics
-    from tests.unit.test_report_decision import compare, pair
+    from tests.reporting.test_report_decision import compare, pair
 
     def windows(level: int, itls: tuple[float, float], counted: tuple[int, int]) -> list:
         out = pair(level, 100.0)
