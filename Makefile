@@ -192,12 +192,15 @@ calibrate: setup  ## the GPU-like engine's step and worker CPU against the confi
 	$(LB) bench-harness --only gpulike --out-dir reports/harness/gpulike $(ARGS)
 
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
+# The tests that start nothing run on every core (pytest-xdist), then those that start something, one at a time
+# (two deployments at once would share the host's cores and move each other's timings).
 test: setup $(LAYERS:%=$(STAMPS)/setup-%) $(STAMPS)/chromium  ## lint + every test (starts real vLLM, Ray, Triton, KServe, Chromium)
 	$(VENV)/bin/ruff check harness stacks tests scripts engine_plugin
-	$(VENV)/bin/pytest -v tests
+	$(VENV)/bin/pytest -n auto -m "not slow" tests
+	$(VENV)/bin/pytest -v -m slow --durations=15 tests
 
-test-fast: client  ## the tests that need no engine (under 2 minutes)
-	$(VENV)/bin/pytest -v -m "not slow" tests
+test-fast: client  ## the tests that start nothing, on every core (about a minute), the layering contract among them
+	$(VENV)/bin/pytest -n auto -m "not slow" tests
 
 lint: client  ## ruff
 	$(VENV)/bin/ruff check harness stacks tests scripts engine_plugin
