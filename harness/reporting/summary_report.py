@@ -94,15 +94,15 @@ def all_stacks_rows(entries: list[RunEntry]) -> list[list[str]]:
                          share_pct(d.last.goodput) if d.last else "—", fmt(d.last.ttft_p95_ms) if d.last else "—", "—",
                          e.run_id, _status_cell(e)])
         else:
-            kind = {"compare": "compare", "run": "single run", "audit": "audit", "capacity": "capacity"}.get(
-                e.command or "", "?")
+            kind = {"compare": "compare", "run": "single run", "audit": "audit", "capacity": "capacity",
+                    "serve": "served, not measured"}.get(e.command or "", "?")
             rows.append([e.stack, "—", "—", f"— ({kind})", "—", "—", _visible(e.audit), e.run_id, _status_cell(e)])
     return rows
 
 
 def level_figures(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per (run, level): both sides' means over that run's complete repeats (incomplete windows are
-    not a measurement, as in harness/compare.level_deltas) beside the compare's own delta and verdict."""
+    not a measurement, as in harness.analysis.deltas.level_deltas) beside the compare's own delta and verdict."""
     cols = ["run_id", "level", "open_loop", *DELTA_COLUMNS,
             *[f"{side}_{f}" for f in SIDE_FIGURES for side in ("baseline", "stack")]]
     if frame.empty:

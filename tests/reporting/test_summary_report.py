@@ -216,3 +216,21 @@ def test_nothing_to_report_is_still_exit_0(tmp_path, capsys):
     (tmp_path / "results" / "empty").mkdir(parents=True)
     r = write_summary(tmp_path / "results", out)
     assert r.rows == [] and r.latest == [] and r.chart is None and "empty folder" in r.problems[0]
+
+
+def test_a_serve_folder_is_listed_as_served_not_measured(tmp_path):
+    """`layerbench serve` leaves a run folder (run.json, logs) and no summary: the all-stacks table names what it
+    was instead of '?'."""
+    import json
+
+    from harness.reporting.catalog import read_run
+    from harness.reporting.summary_report import all_stacks_rows
+
+    run = tmp_path / "20261203-082230-serve-ray-c0480e"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"run_id": run.name, "command": "serve", "stack": "ray",
+                                              "status": "complete", "started": "2026-12-03T08:22:30"}))
+    entry, problems = read_run(run)
+    assert entry is not None, problems
+    (row,) = all_stacks_rows([entry])
+    assert row[0] == "ray" and row[3] == "— (served, not measured)"
