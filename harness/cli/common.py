@@ -118,15 +118,15 @@ def settings_for(args: argparse.Namespace, profile: LoadProfile, log_dir: Path):
 def prepare(args: argparse.Namespace, command: str, profile: LoadProfile | None = None,
             run_id: str | None = None) -> Prepared:
     """Every deploying command's first steps, in one order: the GPU price (a bad one refused before anything), the
-    profile, the stack's class, the run id, the deployment settings (the stack's options validated, the GPUs chosen
+    stack's class, the profile, the run id, the deployment settings (the stack's options validated, the GPUs chosen
     and the model resolved) and the stack."""
     from harness.analysis.cost import price
     from harness.results import new_run_id
     from stacks.base import get_stack
 
     cost = price(getattr(args, "gpu_hourly_usd", None))
+    stack_cls = get_stack(args.stack)  # an unknown stack is refused before the profile's dtype is timed (3 s)
     profile = profile or profile_for(args)
-    stack_cls = get_stack(args.stack)
     run_id = run_id or new_run_id(args.stack if command == "run" else f"{command}-{args.stack}")
     results = Path(args.results_dir)
     stack = stack_cls(settings_for(args, profile, results / run_id / "logs"))

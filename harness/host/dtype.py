@@ -7,6 +7,7 @@ float32 held it."""
 
 from __future__ import annotations
 
+import functools
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -53,18 +54,26 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
     return {f for line in text.splitlines() if line.startswith("flags") for f in line.split(":", 1)[1].split()}
 
 
+@functools.cache
+def _step_times(python: str) -> tuple[tuple[str, float], ...]:
+    """One step of the tiny model in each dtype, timed once per process and interpreter (about 3 s on the 2-core
+    CPU host: a torch import and 2 x 45 steps); what it printed before any failure, () where it cannot run."""
+    times: list[tuple[str, float]] = []
+    try:
+        out = subprocess.run([python, "-c", _STEP_BENCH], capture_output=True, text=True, timeout=120)
+        for line in out.stdout.splitlines():
+            name, _, ms = line.partition(" ")
+            times.append((name, float(ms)))
+    except (OSError, subprocess.SubprocessError, ValueError):
+        pass  # what was read before the failure
+    return tuple(times)
+
+
 def fastest_dtype(python: Path, flags: set[str] | None = None) -> DtypeChoice:
     """Times both dtypes with `python`'s torch (the engine environment); float32 where that cannot run."""
     flags = cpu_flags() if flags is None else flags
     bf16_cpu = any(f in flags for f in BF16_FLAGS)
-    times: dict[str, float] = {}
-    try:
-        out = subprocess.run([str(python), "-c", _STEP_BENCH], capture_output=True, text=True, timeout=120)
-        for line in out.stdout.splitlines():
-            name, _, ms = line.partition(" ")
-            times[name] = float(ms)
-    except (OSError, subprocess.SubprocessError, ValueError):
-        pass
+    times = dict(_step_times(str(python)))
     keep_bf16 = bf16_cpu and "bfloat16" in times and "float32" in times \
         and times["bfloat16"] <= DTYPE_SLACK * times["float32"]
     return DtypeChoice(dtype="bfloat16" if keep_bf16 else "float32", step_ms=times, cpu_bf16=bf16_cpu)
