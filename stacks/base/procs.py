@@ -189,9 +189,13 @@ class Leftovers:
     def remove(self) -> list[Path]:
         if self._before is None:
             return []
-        used = _in_use()
+        # listed before the processes are read: a file made after the scan (another vLLM starting beside this one
+        # creates a semaphore its child has yet to open) would be taken for an orphan; listed first, its maker
+        # has it mapped or open by the time it is looked for
+        appeared = self._now() - self._before
+        used = in_use()
         gone = []
-        for p in sorted(self._now() - self._before):
+        for p in sorted(appeared):
             try:
                 if p.lstat().st_uid != os.getuid() or any(u == str(p) or u.startswith(f"{p}/") for u in used):
                     continue
@@ -203,7 +207,7 @@ class Leftovers:
         return gone
 
 
-def _in_use() -> set[str]:
+def in_use() -> set[str]:
     """Paths any running process has mapped (shared memory, POSIX semaphores), open, as its working directory,
     or bound as a Unix socket."""
     used: set[str] = set()
