@@ -11,6 +11,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -173,8 +174,8 @@ class Leftovers:
     """Files a deployment leaves behind that are not in its process tree (vLLM's /tmp/vllm_dist_*, the
     /dev/shm segments and semaphores of its multiprocessing: ~400 MB after a killed vLLM). Removed: entries
     matching the patterns that appeared between `snapshot()` and `remove()`, belong to this user, and that no
-    running process has mapped, open, bound as a socket or as its working directory (another program's files
-    that appeared meanwhile are in use by it, so they stay)."""
+    running process holds (Holders.hold: another program's files that appeared meanwhile are in use by it, so
+    they stay)."""
 
     def __init__(self, patterns: tuple[str, ...] = ("/tmp/vllm_dist_*", "/dev/shm/*")):
         self.patterns = patterns
@@ -193,11 +194,11 @@ class Leftovers:
         # creates a semaphore its child has yet to open) would be taken for an orphan; listed first, its maker
         # has it mapped or open by the time it is looked for
         appeared = self._now() - self._before
-        used = in_use()
+        held = holders()
         gone = []
         for p in sorted(appeared):
             try:
-                if p.lstat().st_uid != os.getuid() or any(u == str(p) or u.startswith(f"{p}/") for u in used):
+                if p.lstat().st_uid != os.getuid() or held.hold(p):
                     continue
                 shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
                 gone.append(p)
@@ -207,24 +208,50 @@ class Leftovers:
         return gone
 
 
-def in_use() -> set[str]:
-    """Paths any running process has mapped (shared memory, POSIX semaphores), open, as its working directory,
-    or bound as a Unix socket."""
+@dataclass(frozen=True)
+class Holders:
+    """What running processes hold: paths (mapped, open, working directory, bound Unix sockets) and the inodes of
+    their mappings and open files."""
+
+    paths: frozenset[str]
+    inodes: frozenset[tuple[int, int]]
+
+    def hold(self, p: Path) -> bool:
+        """A process holds `p`, or a path under it. By inode too: glibc's sem_open maps a temporary file and links
+        it to the semaphore's name, so /proc/<pid>/maps names `/dev/shm/sem.XXXXXX (deleted)`, never the
+        `sem.mp-*` name that /dev/shm lists (and it keeps no fd open)."""
+        try:
+            st = p.lstat()
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) in self.inodes or any(u == str(p) or u.startswith(f"{p}/") for u in self.paths)
+
+
+def holders() -> Holders:
+    """Every running process's mapped and open files, working directories and bound Unix sockets."""
     used: set[str] = set()
+    inodes: set[tuple[int, int]] = set()
     for proc in Path("/proc").glob("[0-9]*"):
         try:
-            used.update(ln.split(maxsplit=5)[5] for ln in (proc / "maps").read_text().splitlines()
-                        if ln.count(" ") >= 5 and "/" in ln)
-            used.update(os.readlink(fd) for fd in (proc / "fd").iterdir())
+            for ln in (proc / "maps").read_text().splitlines():
+                f = ln.split(maxsplit=5)
+                if len(f) == 6 and f[4] != "0":  # address perms offset dev(major:minor, hex) inode path
+                    major, _, minor = f[3].partition(":")
+                    inodes.add((os.makedev(int(major, 16), int(minor, 16)), int(f[4])))
+                    used.add(f[5])
+            for fd in (proc / "fd").iterdir():
+                used.add(os.readlink(fd))
+                st = os.stat(fd)
+                inodes.add((st.st_dev, st.st_ino))
             used.add(os.readlink(proc / "cwd"))
-        except (OSError, IndexError):
+        except (OSError, ValueError):
             continue
     try:  # Unix sockets bound to a path (ZMQ's ipc:// endpoints): the socket's holder is alive
         used.update(ln.split()[-1] for ln in Path("/proc/net/unix").read_text().splitlines()[1:]
                     if len(ln.split()) >= 8)
     except OSError:
         pass
-    return {u.removesuffix(" (deleted)").strip() for u in used}
+    return Holders(frozenset(u.removesuffix(" (deleted)").strip() for u in used), frozenset(inodes))
 
 
 def wait_http_ready(url: str, timeout: float, what: str, proc: ManagedProcess, console: Console | None = None,
