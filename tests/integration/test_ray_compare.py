@@ -1,5 +1,7 @@
 """A small compare against the real local Ray Serve LLM and its bare vLLM baseline (same engine venv).
-Slow: Ray Serve takes 1.5-3 minutes to come up on this CPU host."""
+Slow: Ray Serve takes 1.5-3 minutes to come up on this CPU host. The compare is the session's one of Ray, its
+model pinned to a commit and read offline (tests/integration/conftest.py: ray_pinned), which
+the pinned-model test at the end checks for the model; the rest does not depend on where the model came from."""
 
 from __future__ import annotations
 
@@ -7,13 +9,14 @@ import json
 
 import pytest
 
-from tests.integration.conftest import assert_gone, assert_version_matched, pids_of
+from tests.integration.conftest import assert_gone, assert_version_matched, check_pinned_offline, pids_of
 
 pytestmark = pytest.mark.slow
 
 
-def test_ray_compare_small(tmp_path, small_compare):
-    rc, run, s = small_compare("ray")
+def test_ray_compare_small(ray_pinned):
+    c, _ = ray_pinned
+    rc, run, s = c.rc, c.run, c.summary
     assert rc == 0, s.failures
     assert_version_matched(s, "engine log not found inside Ray's session logs")
     # Ray runs in its single-machine mode: only the Serve replicas' inter-deployment gRPC servers (one per
@@ -27,7 +30,7 @@ def test_ray_compare_small(tmp_path, small_compare):
         assert lv.baseline_tok_s > 0 and lv.stack_tok_s > 0 and lv.delta_pct is not None
         assert lv.stack_goodput is not None and lv.stack_ttft_p95_ms > 0
         assert lv.stack_cpu_cores, "no CPU breakdown for the Ray deployment"
-    report = tmp_path / "reports" / run.name
+    report = c.report
     md = (report / "report.md").read_text()
     for needle in ("Throughput (output tok/s)", "| 4 |", "Where the CPU went", "vllm:num_requests_running",
                    "0.32.0"):
@@ -47,3 +50,9 @@ def test_ray_compare_small(tmp_path, small_compare):
     meta = json.loads((run / "run.json").read_text())
     pids = pids_of(meta, "stack")
     assert_gone(pids)
+
+
+def test_a_commit_pinned_model_is_served_offline_on_both_sides(ray_pinned):
+    """Ray Serve LLM starts the engine itself: it must hand it the commit (an engine or layer that read the repo id
+    alone would find no refs/main and fail to start). The compare is test_ray_compare_small's."""
+    check_pinned_offline(*ray_pinned)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import psutil
 import pytest
 
 from harness.results import read_jsonl
+from stacks.base.procs import holders
 from tests.integration.conftest import OUTPUT_TOKENS, assert_gone, assert_version_matched, deployments, pids_of
 
 pytestmark = pytest.mark.slow
@@ -21,16 +21,12 @@ def shm() -> set[str]:
 
 
 def orphans(names: set[str]) -> set[str]:
-    """Those of `names` still in /dev/shm that no live process maps or holds open: left behind. (Other vLLM
-    servers on the host, such as other test runs', create psm_* files of their own while this compare runs.)"""
-    held: set[str] = set()
-    for p in psutil.process_iter():
-        try:
-            held |= {Path(m.path).name for m in p.memory_maps() if m.path.startswith("/dev/shm/")}
-            held |= {Path(f.path).name for f in p.open_files() if f.path.startswith("/dev/shm/")}
-        except psutil.Error:  # gone, or not ours to read
-            continue
-    return {n for n in names if n not in held and (Path("/dev/shm") / n).exists()}
+    """Those of `names` still in /dev/shm that no live process holds (stacks.base.procs.Holders: mapped, open, or by
+    inode, as a semaphore is): left behind. (Other vLLM servers on the host, such as other tests', create psm_* and
+    sem.mp-* files of their own while this compare runs.)"""
+    paths = {n: Path("/dev/shm") / n for n in names}
+    held = holders()
+    return {n for n, p in paths.items() if p.exists() and not held.hold(p)}
 
 
 def test_triton_compare_small(tmp_path, small_compare):

