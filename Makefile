@@ -66,6 +66,7 @@ SHAPES ?=
 LEVELS ?=
 OPT ?=
 LB := $(VENV)/bin/layerbench
+SLOW_WORKERS ?= 3
 
 # a layer's own environment is scripts/setup_<layer>.sh, run with ENGINE_VENV and CLIENT_VENV and stamped once;
 # the layers are whatever setup scripts there are (the client's, the engine's and Chromium's are not layers)
@@ -197,7 +198,12 @@ calibrate: setup  ## the GPU-like engine's step and worker CPU against the confi
 test: setup $(LAYERS:%=$(STAMPS)/setup-%) $(STAMPS)/chromium  ## lint + every test (starts real vLLM, Ray, Triton, KServe, Chromium)
 	$(VENV)/bin/ruff check harness stacks tests scripts engine_plugin
 	$(VENV)/bin/pytest -n auto -m "not slow" tests
-	$(VENV)/bin/pytest -v -m slow --durations=15 tests
+	@# the slow tests wait on servers more than they compute (a third of both cores busy, one at a time), so
+	@# SLOW_WORKERS run at once, a file to a worker (tests that share a deployment are in one file; loadgroup
+	@# does not group on pytest 9.2: pytest-xdist#1386); those marked `alone` measure a known effect or this
+	@# CPU's speed and run after, one at a time
+	$(VENV)/bin/pytest -n $(SLOW_WORKERS) --dist loadfile -v -m "slow and not alone" --durations=15 tests
+	$(VENV)/bin/pytest -v -m "slow and alone" --durations=10 tests
 
 test-fast: client  ## the tests that start nothing, on every core (about a minute), the layering contract among them
 	$(VENV)/bin/pytest -n auto -m "not slow" tests

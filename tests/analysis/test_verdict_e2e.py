@@ -38,6 +38,7 @@ def drawn(log_dir: Path) -> float:
 
 
 @pytest.mark.slow  # 6 reference-engine deployments (~25 s)
+@pytest.mark.alone
 def test_each_pairs_difference_is_what_its_two_deployments_drew(tmp_path, write_profile):
     s = compare(tmp_path, write_profile, "sim", ["ttft_ms=20", "itl_ms=5", "deployment_sigma=0.15"], pairs=3,
                 concurrency=[4])
@@ -54,6 +55,7 @@ def test_each_pairs_difference_is_what_its_two_deployments_drew(tmp_path, write_
 
 
 @pytest.mark.slow  # 4 sim-proxy / sim deployments (~20 s)
+@pytest.mark.alone
 def test_a_layer_capping_the_engine_below_the_level_is_a_goodput_overhead_in_the_headline(tmp_path, write_profile):
     from harness.reporting.report import decision
 
@@ -70,6 +72,7 @@ def test_a_layer_capping_the_engine_below_the_level_is_a_goodput_overhead_in_the
 
 
 @pytest.mark.slow  # 4 deployments (~20 s)
+@pytest.mark.alone
 def test_a_known_ten_percent_slowdown_is_a_throughput_overhead(tmp_path, write_profile):
     # 20 ms + 7 x 5 ms per request; the proxy holds each request 6.5 ms more: ~10% fewer tok/s
     s = compare(tmp_path, write_profile, "sim-proxy", ["ttft_ms=20", "itl_ms=5", "request_delay_ms=6.5"], pairs=2,

@@ -27,6 +27,8 @@ from harness.analysis.verdict import ALPHA, balanced_mean, components, judge
 from harness.schemas import Components, Verdict
 from tests.analysis.test_verdict_mc import SETTINGS, simulate
 
+pytestmark = pytest.mark.slow  # 400 sequential compares per case, judged look by look: 25 s of CPU
+
 N = 400
 DESIGN = {"gpu-like": (5, 1.5, 15.0), "mid": (10, 2.3, None), "cpu": (8, 3.5, None)}  # max_pairs, min/deployment,
 # the budget in minutes (None: max_pairs alone limits the compare)

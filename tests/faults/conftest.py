@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from stacks.base import PROJECT_ROOT
+from stacks.base.procs import holders
 
 
 class Layerbench:
@@ -103,6 +104,15 @@ def gone_within(procs: list[psutil.Process], seconds: float) -> list[str]:
 def shm_and_tmp() -> set[str]:
     return {str(p) for pat in ("/dev/shm/*", "/tmp/vllm_dist_*", "/tmp/lb-ray-*") for p in
             Path("/").glob(pat.lstrip("/"))}
+
+
+def left_behind(before: set[str]) -> set[str]:
+    """What appeared in /dev/shm and /tmp since `before` and no running process holds (mapped, open, bound or as
+    its working directory): a dead run's leftovers. Another test's vLLM starting meanwhile (make test runs slow
+    tests side by side) holds its own files, so they are not counted against this run."""
+    appeared = shm_and_tmp() - before  # listed before the processes are read, as stacks.base.procs.Leftovers does
+    held = holders()
+    return {p for p in appeared if not held.hold(Path(p))}
 
 
 @pytest.fixture

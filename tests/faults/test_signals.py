@@ -10,9 +10,20 @@ from pathlib import Path
 import pytest
 
 from harness.cli.main import main
-from tests.faults.conftest import SIGNALS, Layerbench, lines, meta, phase_is, run_dir, shm_and_tmp, wait_for
+from tests.faults.conftest import (
+    SIGNALS,
+    Layerbench,
+    left_behind,
+    lines,
+    meta,
+    phase_is,
+    run_dir,
+    shm_and_tmp,
+    wait_for,
+)
 
-pytestmark = pytest.mark.slow
+# alone: asserts nothing new is left in /dev/shm or /tmp, where other tests' servers write
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 
 def _sim_log_says_stopping(results: Path):
@@ -67,7 +78,7 @@ def test_signal_leaves_nothing_running_and_keeps_results(tmp_path, quick_profile
     if phase == "level":
         assert any(r["error"] == "interrupted" for r in recorded), "in-flight requests are recorded"
         assert "interrupted" in (run / "summary.json").read_text()
-    left = shm_and_tmp() - before
+    left = left_behind(before)
     assert not left, left  # nothing left in /dev/shm or /tmp
     out = tmp_path / "summary.md"
     assert main(["report", "--results-dir", str(results), "--out", str(out)]) == 0

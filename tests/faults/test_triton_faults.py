@@ -11,9 +11,10 @@ import signal
 import psutil
 import pytest
 
-from tests.faults.conftest import Layerbench, lines, meta, phase_is, shm_and_tmp, wait_for
+from tests.faults.conftest import Layerbench, left_behind, lines, meta, phase_is, shm_and_tmp, wait_for
 
-pytestmark = pytest.mark.slow
+# alone: asserts nothing new is left in /dev/shm or /tmp, where other tests' servers write
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 ENGINE = {"max_model_len": 1024, "max_num_seqs": 32, "dtype": "float32", "enforce_eager": True}
 
 
@@ -38,7 +39,7 @@ def test_triton_stub_killed_mid_level(tmp_path, write_profile):
     recorded = [r for r in lines(run / "requests.jsonl") if r["phase"] == "measure"]
     assert len(recorded) == level["sent"] and sum(r["ok"] for r in recorded) >= 8  # measured before is kept
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-    assert not (shm_and_tmp() - before), "Triton's /dev/shm or vLLM's /tmp files were left behind"
+    assert not left_behind(before), "Triton's /dev/shm or vLLM's /tmp files were left behind"
 
 
 def test_a_model_that_fails_to_load_is_reported_with_its_status_and_log(tmp_path, monkeypatch):
@@ -61,4 +62,4 @@ def test_a_model_that_fails_to_load_is_reported_with_its_status_and_log(tmp_path
     assert "could not load model 'tiny'" in msg and "this model cannot load" in msg, msg
     assert "Last 40 lines of" in msg
     assert stack.proc is None  # torn down (teardown verifies the group and ports are gone)
-    assert not (shm_and_tmp() - before)
+    assert not left_behind(before)

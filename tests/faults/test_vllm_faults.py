@@ -11,9 +11,10 @@ import time
 
 import pytest
 
-from tests.faults.conftest import Layerbench, gone_within, lines, meta, phase_is, shm_and_tmp, wait_for
+from tests.faults.conftest import Layerbench, gone_within, left_behind, lines, meta, phase_is, shm_and_tmp, wait_for
 
-pytestmark = pytest.mark.slow
+# alone: asserts nothing new is left in /dev/shm or /tmp, where other tests' servers write
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 ENGINE = {"max_model_len": 1024, "max_num_seqs": 32, "dtype": "float32", "enforce_eager": True}
 
 
@@ -45,7 +46,7 @@ def test_vllm_killed_mid_level(tmp_path, write_profile):
     assert failed and failed <= {"disconnect", "connect", "aborted"}, failed
     assert not [p for p in pids if os.path.exists(f"/proc/{p}")
                 and open(f"/proc/{p}/stat").read().split()[2] != "Z"]
-    assert not (shm_and_tmp() - before), "vLLM's /dev/shm and /tmp files were left behind"
+    assert not left_behind(before), "vLLM's /dev/shm and /tmp files were left behind"
 
 
 def test_ctrl_c_while_vllm_starts(tmp_path, write_profile):
@@ -64,4 +65,4 @@ def test_ctrl_c_while_vllm_starts(tmp_path, write_profile):
     print(f"[vLLM start-up SIGINT] exit 130 and every process gone {took:.1f} s after the signal")
     assert "stopping vLLM" in lb.output() and "Traceback" not in lb.output()
     assert meta(run)["status"] == "interrupted"
-    assert not (shm_and_tmp() - before), "vLLM's /dev/shm and /tmp files were left behind"
+    assert not left_behind(before), "vLLM's /dev/shm and /tmp files were left behind"

@@ -28,6 +28,7 @@ def _measured(run: Path) -> list[dict]:
 
 
 @pytest.mark.slow  # 10,000 requests through two client processes (~30 s here)
+@pytest.mark.alone
 def test_ten_thousand_requests_in_two_processes_each_recorded_once(tmp_path, write_profile):
     rc, s, run = _run(tmp_path, write_profile, concurrency=[32], requests=10_000, client_procs=2)
     assert rc == 0, s.stopped
@@ -49,6 +50,7 @@ def test_ten_thousand_requests_in_two_processes_each_recorded_once(tmp_path, wri
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_an_open_loop_rate_is_split_and_both_halves_keep_their_schedule(tmp_path, write_profile):
     rc, s, run = _run(tmp_path, write_profile, rates=[200], requests=400, min_duration_s=2, client_procs=2)
     assert rc == 0, s.stopped

@@ -150,6 +150,7 @@ def test_a_host_without_gpus_has_nothing_to_wait_for():
     assert gt.VramGuard([]).wait_released("x", timeout=0) is None
 
 
+@pytest.mark.slow  # a reference-engine compare: 5 s
 def test_a_compare_fails_when_the_baseline_keeps_its_gpu_memory(nvml, tmp_path, monkeypatch):
     """Two reference-engine deployments on 'GPU 0': memory held after the first fails the second, named."""
     from rich.console import Console

@@ -237,6 +237,7 @@ def test_malformed_open_loop_profiles_are_refused(write_profile, fields, match):
 
 
 @pytest.mark.slow  # two sim-proxy deployments, a warmup sweep and two rates each (~15 s)
+@pytest.mark.alone
 def test_open_loop_compare_reports_rates(tmp_path, write_profile):
     from harness.cli.main import main
     from harness.measure.resume import ResumePlan

@@ -35,6 +35,7 @@ def _windows(run: Path) -> list[tuple[str, int, int, int, int]]:
 
 
 @pytest.mark.slow  # two pairs of two deployments each (~15 s)
+@pytest.mark.alone
 def test_both_sides_are_up_together_and_their_windows_alternate(tmp_path, write_profile):
     rc, s, run = _compare(tmp_path, write_profile)
     assert rc == 0 and s.status == "complete", s.failures

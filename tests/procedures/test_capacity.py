@@ -142,6 +142,7 @@ def capacity(tmp_path: Path, write_profile, *args: str, sla_ttft: str = "0.05") 
 
 
 @pytest.mark.slow  # ~20 s: two deployments searched level by level
+@pytest.mark.alone
 def test_capacity_of_the_engine_and_behind_a_layer_that_caps_it(tmp_path, write_profile):
     # engine: 4 slots, 20 + 15 x 20 = 320 ms requests: a fifth request waits up to 80 ms (> the 50 ms bound)
     # layer: forwards at most 2 requests at once, so 3 in flight already wait in the proxy
@@ -162,6 +163,7 @@ def test_capacity_of_the_engine_and_behind_a_layer_that_caps_it(tmp_path, write_
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_capacity_broken_by_token_gaps_is_prefill_interference(tmp_path, write_profile):
     rc, s, _ = capacity(tmp_path, write_profile, "--stack", "sim", "--sla-itl-p95", "0.02", "--max-level", "8",
                         "--opt", "ttft_ms=10", "--opt", "itl_ms=4", "--opt", "interference_above=3",
@@ -171,6 +173,7 @@ def test_capacity_broken_by_token_gaps_is_prefill_interference(tmp_path, write_p
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_capacity_in_an_open_loop_is_searched_in_rates(tmp_path, write_profile):
     # one slot, 10 + 15 x 2 = 40 ms a request: 25 req/s is all it can serve. At 12 req/s (half of it) a request
     # rarely waits long; at 48 req/s the queue grows by a request every 40 ms, past the bound within the window
@@ -186,6 +189,7 @@ def test_capacity_in_an_open_loop_is_searched_in_rates(tmp_path, write_profile):
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_an_sla_no_level_meets_is_capacity_zero(tmp_path, write_profile):
     rc, s, report = capacity(tmp_path, write_profile, "--stack", "sim", "--opt", "ttft_ms=30", sla_ttft="0.001")
     assert rc == 0 and s["capacity"]["max_concurrency"] == 0

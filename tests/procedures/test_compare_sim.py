@@ -29,6 +29,7 @@ def compare(tmp_path: Path, write_profile, *opts: str, repeats: int = 1, pairs: 
 
 
 @pytest.mark.slow  # a whole two-repeat compare (~16 s): `make test` runs it, test-fast keeps under 2 min
+@pytest.mark.alone
 def test_compare_reports_known_overhead_and_renamed_metrics(tmp_path, write_profile):
     rc, s, report = compare(tmp_path, write_profile, "request_delay_ms=40", "metrics=rename",
                             extra=("--gpu-hourly-usd", "2.29"))
@@ -146,6 +147,7 @@ def test_pairs_are_fresh_deployments_in_counterbalanced_order(tmp_path, write_pr
     assert all(lv.pairs == 3 and lv.ci is not None and lv.ci.n_baseline == 3 for lv in s.levels)
 
 
+@pytest.mark.slow  # a reference-engine compare: 7 s
 def test_one_pair_without_an_aa_has_no_interval_and_says_so(tmp_path, write_profile):
     rc, s, report = compare(tmp_path, write_profile, pairs=1)
     assert rc == 0

@@ -42,6 +42,7 @@ def sweep(tmp_path: Path, write_profile, *args: str, concurrency=(8,)) -> tuple[
 
 
 @pytest.mark.slow  # four deployments of the reference engine
+@pytest.mark.alone
 def test_setting_that_helps_the_bare_engine_is_capped_by_the_layer(tmp_path, write_profile, monkeypatch):
     monkeypatch.setenv("GPU_HOURLY_USD", "2.29")
     rc, s, report = sweep(tmp_path, write_profile, "--setting", "max_num_seqs=2,8", "--opt", "max_ongoing=2")
@@ -59,6 +60,7 @@ def test_setting_that_helps_the_bare_engine_is_capped_by_the_layer(tmp_path, wri
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_shapes_of_the_layer_each_against_one_baseline(tmp_path, write_profile):
     rc, s, report = sweep(tmp_path, write_profile, "--option", "request_delay_ms=0,40", "--repeats", "2",
                           concurrency=(4,))
@@ -73,6 +75,7 @@ def test_shapes_of_the_layer_each_against_one_baseline(tmp_path, write_profile):
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_a_setting_the_engine_refuses_fails_its_point_and_the_sweep_goes_on(tmp_path, write_profile):
     rc, s, report = sweep(tmp_path, write_profile, "--setting", "max_model_len=1024,99999", concurrency=(2,))
     assert rc == 2  # a point failed: said, not hidden
@@ -112,6 +115,7 @@ def test_values_are_parsed_once():
 
 
 @pytest.mark.slow  # four deployments of the reference engine
+@pytest.mark.alone
 def test_a_per_request_cost_shrinks_with_longer_answers_across_shapes(tmp_path, write_profile):
     """A proxy holding each request 20 ms costs a 20 ms share of an 8-token answer (~40 ms at 5 ms per token) and a
     small one of a 64-token answer (~320 ms): the shape sweep must show the first costlier, and say why."""

@@ -128,6 +128,7 @@ def test_a_committed_example_report_exports_its_throughput_and_verdicts(tmp_path
 
 
 @pytest.mark.slow  # a whole two-pair compare of the reference engine (~20 s)
+@pytest.mark.alone
 def test_a_real_compare_exports_the_proxys_overhead(tmp_path, write_profile):
     from harness.cli.main import main
 

@@ -18,6 +18,8 @@ from harness.reporting import catalog
 from harness.reporting.catalog import read_results
 from harness.reporting.summary_report import SUMMARY_HEADER, write_summary
 
+pytestmark = pytest.mark.slow  # the seed is a reference-engine run and a 2-pair compare: 10 s
+
 STATUS, RUN, DELTA = SUMMARY_HEADER.index("status"), SUMMARY_HEADER.index("run"), SUMMARY_HEADER.index(
     "delta at highest level")
 

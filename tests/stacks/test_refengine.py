@@ -81,6 +81,7 @@ def test_chat_role_chunk_is_not_ttft(sim):
 
 
 @pytest.mark.slow  # seconds of real load; `make test` runs it, `make test-fast` stays under 2 min
+@pytest.mark.alone
 def test_known_overhead_proxy_is_reported(tmp_path, sim):
     base, _ = measure(sim, concurrency=4, n=24, max_tokens=16)
     with deploy(SimProxyStack, tmp_path, ttft_ms=50, itl_ms=10, request_delay_ms=20, chunk_delay_ms=3) as proxy:
