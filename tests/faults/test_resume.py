@@ -11,7 +11,7 @@ from harness.cli.main import main
 from harness.schemas import CompareSummary
 from tests.faults.conftest import Layerbench, lines, meta, phase_is, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]  # alone: 30 ms per request found as an overhead
 
 
 def test_interrupted_compare_resumes_where_it_stopped(tmp_path, quick_profile, capsys):

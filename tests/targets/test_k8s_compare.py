@@ -73,6 +73,7 @@ def load_job(run: Path, label: str) -> str:
     return f"lb-{label}-{kind}-{run.name.rsplit('-', 1)[-1][:8]}-load"
 
 
+@pytest.mark.alone  # 25 ms held per request found as an overhead on both targets
 def test_a_k8s_compare_reports_the_deltas_of_a_local_compare_of_the_same_data(tmp_path, write_profile,
                                                                               monkeypatch):
     monkeypatch.setenv("KUBECONFIG", "")  # restored afterwards: k8s_compare points it at the emulator
