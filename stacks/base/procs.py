@@ -240,9 +240,12 @@ def holders() -> Holders:
                     inodes.add((os.makedev(int(major, 16), int(minor, 16)), int(f[4])))
                     used.add(f[5])
             for fd in (proc / "fd").iterdir():
-                used.add(os.readlink(fd))
-                st = os.stat(fd)
-                inodes.add((st.st_dev, st.st_ino))
+                try:  # an fd closed since the listing is gone, not a reason to skip the process's others
+                    used.add(os.readlink(fd))
+                    st = os.stat(fd)
+                    inodes.add((st.st_dev, st.st_ino))
+                except OSError:
+                    continue
             used.add(os.readlink(proc / "cwd"))
         except (OSError, ValueError):
             continue
