@@ -34,12 +34,19 @@ def fresh_gpu_probe():
 
 @pytest.fixture
 def write_profile(tmp_path: Path) -> Callable[..., Path]:
-    def _write(name: str = "t", **fields) -> Path:
-        p = tmp_path / f"{name}.yaml"
+    return profile_writer(tmp_path)
+
+
+def profile_writer(folder: Path) -> Callable[..., Path]:
+    """write(name, **fields): a profile YAML in `folder` (made if missing); session fixtures use it directly."""
+
+    def write(name: str = "t", **fields) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        p = folder / f"{name}.yaml"
         p.write_text(yaml.safe_dump(fields))
         return p
 
-    return _write
+    return write
 
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]

@@ -16,6 +16,7 @@ import pytest
 from harness.cli.main import main
 from harness.schemas import CompareSummary
 from stacks.base import MODEL_DIR
+from tests.conftest import profile_writer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from hf_cache_layout import lay_out  # noqa: E402
@@ -75,18 +76,6 @@ def small_profile(write: Callable[..., Path]) -> Path:
     over pairs is tested with the reference engine and in the A/A)."""
     return write(concurrency=[1, 4], requests=20, requests_per_concurrency=0, min_duration_s=3,
                  input_tokens=48, output_tokens=OUTPUT_TOKENS, engine=ENGINE)
-
-
-def profile_writer(folder: Path) -> Callable[..., Path]:
-    import yaml
-
-    def write(name: str = "t", **fields) -> Path:
-        folder.mkdir(parents=True, exist_ok=True)
-        p = folder / f"{name}.yaml"
-        p.write_text(yaml.safe_dump(fields))
-        return p
-
-    return write
 
 
 @pytest.fixture
