@@ -4,9 +4,13 @@ helper to write profiles."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 
@@ -97,3 +101,56 @@ def chunk(data: bytes) -> bytes:
 
 STREAM_HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
                b"connection: close\r\n\r\n")
+
+
+# Every process a test starts is stopped by the test. A process left running (an orphaned engine, a Ray daemon)
+# takes CPU from the tests that measure timings after it, so the session finds them: pytest marks its environment,
+# every child inherits the mark, and what still carries it when the session ends was left behind.
+SESSION_MARK = "LAYERBENCH_TEST_SESSION"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller, before any xdist worker starts (they inherit it)
+        os.environ[SESSION_MARK] = f"{os.getpid()}-{time.time_ns()}"
+
+
+def marked_processes(mark: str) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter():
+        if p.pid == os.getpid():
+            continue
+        try:
+            # multiprocessing's resource tracker serves this pytest and exits with it
+            tracker = "multiprocessing.resource_tracker" in " ".join(p.cmdline())
+            if p.environ().get(SESSION_MARK) == mark and not tracker:
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int):
+    result = yield  # after xdist has shut its workers down
+    mark = os.environ.get(SESSION_MARK)
+    if hasattr(session.config, "workerinput") or not mark:
+        return result
+    left = marked_processes(mark)
+    _, left = psutil.wait_procs(left, timeout=20)  # workers and servers still on their way out
+    if not left:
+        return result
+    lines = []
+    for p in left:
+        try:
+            lines.append(f"  pid {p.pid} pgid {os.getpgid(p.pid)} up {time.time() - p.create_time():.0f} s, "
+                         f"{p.cpu_times().user + p.cpu_times().system:.1f} s CPU: {' '.join(p.cmdline())[:200]}")
+            p.terminate()
+        except (psutil.NoSuchProcess, ProcessLookupError):
+            continue
+    _, still = psutil.wait_procs(left, timeout=10)
+    for p in still:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    print(f"\nthe tests left {len(lines)} process(es) running (stopped now, by pid):\n" + "\n".join(lines), flush=True)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    return result
