@@ -66,7 +66,7 @@ SHAPES ?=
 LEVELS ?=
 OPT ?=
 LB := $(VENV)/bin/layerbench
-SLOW_WORKERS ?= 3
+SLOW_WORKERS ?= 2
 
 # a layer's own environment is scripts/setup_<layer>.sh, run with ENGINE_VENV and CLIENT_VENV and stamped once;
 # the layers are whatever setup scripts there are (the client's, the engine's and Chromium's are not layers)
@@ -193,17 +193,19 @@ calibrate: setup  ## the GPU-like engine's step and worker CPU against the confi
 	$(LB) bench-harness --only gpulike --out-dir reports/harness/gpulike $(ARGS)
 
 # pytest exits 5 when it collected nothing: that is a failure here, not a pass.
-# The tests that start nothing run on every core (pytest-xdist), then those that start something, one at a time
-# (two deployments at once would share the host's cores and move each other's timings).
+# The tests that start nothing run on every core (pytest-xdist); then, one at a time, those that measure a known
+# effect or this CPU's speed (two deployments at once would share the host's cores and move each other's timings),
+# while no other lane has loaded the host: a CI run that ran them after the side-by-side lane took 61 min over
+# them instead of 13, and 10 of 35 failed, their load client starved of CPU. Then the other slow tests.
 test: setup $(LAYERS:%=$(STAMPS)/setup-%) $(STAMPS)/chromium  ## lint + every test (starts real vLLM, Ray, Triton, KServe, Chromium)
 	$(VENV)/bin/ruff check harness stacks tests scripts engine_plugin
 	$(VENV)/bin/pytest -n auto -m "not slow" tests
-	@# the slow tests wait on servers more than they compute (a third of both cores busy, one at a time), so
-	@# SLOW_WORKERS run at once, a file to a worker (tests that share a deployment are in one file; loadgroup
-	@# does not group on pytest 9.2: pytest-xdist#1386); those marked `alone` measure a known effect or this
-	@# CPU's speed and run after, one at a time
-	$(VENV)/bin/pytest -n $(SLOW_WORKERS) --dist loadfile -v -m "slow and not alone" --durations=15 tests
 	$(VENV)/bin/pytest -v -m "slow and alone" --durations=10 tests
+	@# these wait on servers more than they compute, so SLOW_WORKERS run at once, a file to a worker (tests that
+	@# share a deployment are in one file; loadgroup does not group on pytest 9.2: pytest-xdist#1386). Two, not
+	@# three: with three, vLLM, Ray and KServe starting at once on the 2 cores kept Ray's engine from being ready
+	@# within 600 s and starved the reference engine's load client
+	$(VENV)/bin/pytest -n $(SLOW_WORKERS) --dist loadfile -v -m "slow and not alone" --durations=15 tests
 
 test-fast: client  ## the tests that start nothing, on every core (about a minute), the layering contract among them
 	$(VENV)/bin/pytest -n auto -m "not slow" tests

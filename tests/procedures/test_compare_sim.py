@@ -134,6 +134,7 @@ def test_hidden_metrics_are_lost_on_the_layer_port(tmp_path, write_profile):
 
 
 @pytest.mark.slow  # a whole sim compare (~9 s): `make test` runs it, `make test-fast` stays under 2 min
+@pytest.mark.alone  # its interval needs a client with CPU to spare: beside a vLLM start it was client-bound
 def test_pairs_are_fresh_deployments_in_counterbalanced_order(tmp_path, write_profile):
     rc, s, _ = compare(tmp_path, write_profile, pairs=3)
     assert rc == 0 and s.pairs == 3 and s.order == [1, -1, -1]
