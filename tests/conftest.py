@@ -1,5 +1,5 @@
 """Shared fixtures: the generated model's tokenizer, a scripted raw HTTP server for client tests, and a
-helper to write profiles."""
+helper to write profiles; and the session's check that no test left a process running."""
 
 from __future__ import annotations
 
