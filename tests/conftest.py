@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from stacks.base import MODEL_DIR
+from stacks.base.procs import running
 
 
 @pytest.fixture(scope="session")
@@ -121,8 +122,8 @@ def marked_processes(mark: str) -> list[psutil.Process]:
             continue
         try:
             # multiprocessing's resource tracker serves this pytest and exits with it
-            tracker = "multiprocessing.resource_tracker" in " ".join(p.cmdline())
-            if p.environ().get(SESSION_MARK) == mark and not tracker:
+            if (p.environ().get(SESSION_MARK) == mark
+                    and "multiprocessing.resource_tracker" not in " ".join(p.cmdline())):
                 found.append(p)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
@@ -137,6 +138,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int):
         return result
     left = marked_processes(mark)
     _, left = psutil.wait_procs(left, timeout=20)  # workers and servers still on their way out
+    left = [p for p in left if running(p)]  # a zombie another process has yet to reap has stopped
     if not left:
         return result
     lines = []
