@@ -196,7 +196,8 @@ calibrate: setup  ## the GPU-like engine's step and worker CPU against the confi
 # The tests that start nothing run on every core (pytest-xdist); then, one at a time, those that measure a known
 # effect or this CPU's speed (two deployments at once would share the host's cores and move each other's timings),
 # while no other lane has loaded the host: a CI run that ran them after the side-by-side lane took 61 min over
-# them instead of 13, and 10 of 35 failed, their load client starved of CPU. Then the other slow tests.
+# them instead of 13, and 10 of 35 failed on a starved host (a client-bound level, a known proxy cost read
+# 60% high). Then the other slow tests.
 test: setup $(LAYERS:%=$(STAMPS)/setup-%) $(STAMPS)/chromium  ## lint + every test (starts real vLLM, Ray, Triton, KServe, Chromium)
 	$(VENV)/bin/ruff check harness stacks tests scripts engine_plugin
 	$(VENV)/bin/pytest -n auto -m "not slow" tests
