@@ -203,10 +203,12 @@ test: setup $(LAYERS:%=$(STAMPS)/setup-%) $(STAMPS)/chromium  ## lint + every te
 	$(VENV)/bin/pytest -n auto -m "not slow" tests
 	$(VENV)/bin/pytest -v -m "slow and alone" --durations=10 tests
 	@# these wait on servers more than they compute, so SLOW_WORKERS run at once, a file to a worker (tests that
-	@# share a deployment are in one file; loadgroup does not group on pytest 9.2: pytest-xdist#1386). Two, not
-	@# three: with three, vLLM, Ray and KServe starting at once on the 2 cores kept Ray's engine from being ready
-	@# within 600 s and starved the reference engine's load client
-	$(VENV)/bin/pytest -n $(SLOW_WORKERS) --dist loadfile -v -m "slow and not alone" --durations=15 tests
+	@# share a deployment are in one file; loadgroup does not group on pytest 9.2: pytest-xdist#1386), the
+	@# costliest files first (tests/conftest.py; xdist would otherwise reorder them by their number of tests). Two,
+	@# not three: with three, vLLM, Ray and KServe starting at once on the 2 cores kept Ray's engine from being
+	@# ready within 600 s and starved the reference engine's load client
+	$(VENV)/bin/pytest -n $(SLOW_WORKERS) --dist loadfile --no-loadscope-reorder -v -m "slow and not alone" \
+		--durations=15 tests
 
 test-fast: client  ## the tests that start nothing, on every core (about a minute), the layering contract among them
 	$(VENV)/bin/pytest -n auto -m "not slow" tests

@@ -156,3 +156,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int):
     print(f"\nthe tests left {len(lines)} process(es) running (stopped now, by pid):\n" + "\n".join(lines), flush=True)
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
     return result
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The costliest files first (their `cost` mark), each file's tests together and in their own order, the rest as
+    collected. make test's side-by-side lane hands whole files to two workers in this order (pytest-xdist's loadfile
+    with --no-loadscope-reorder): longest first, so neither worker is left alone with a long file at the end. In
+    collection order one worker finished about 2 minutes after the other (769 s for 1290 s of tests, 2026-12-03)."""
+    first: dict[Path, tuple[float, int]] = {}
+    for i, item in enumerate(items):
+        mark = item.get_closest_marker("cost")
+        first.setdefault(item.path, (-(mark.args[0] if mark else 0), i))
+    items.sort(key=lambda item: first[item.path])

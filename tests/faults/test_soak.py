@@ -9,7 +9,7 @@ import pytest
 from harness.cli.main import main
 from harness.procedures.soak import EXPECTED_ERRORS, EXPECTED_GAPS
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cost(60)]
 
 
 def test_soak_60s_loses_nothing(tmp_path):

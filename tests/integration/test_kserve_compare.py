@@ -13,7 +13,7 @@ import yaml
 from harness.targets.k8s.crds import validate
 from tests.integration.conftest import assert_gone, assert_version_matched, check_pinned_offline, deployments, pids_of
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cost(300)]
 
 
 def test_kserve_raw_compare_small(tmp_path, small_compare):

@@ -10,7 +10,7 @@ import pytest
 
 from tests.integration.conftest import assert_gone, assert_version_matched, deployments, pids_of
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cost(110)]
 
 
 def test_litellm_compare_small(tmp_path, small_compare):

@@ -11,7 +11,7 @@ import pytest
 
 from tests.integration.conftest import assert_gone, assert_version_matched, check_pinned_offline, pids_of
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cost(170)]
 
 
 def test_ray_compare_small(ray_pinned):

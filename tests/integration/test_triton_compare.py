@@ -13,7 +13,7 @@ from harness.results import read_jsonl
 from stacks.base.procs import holders
 from tests.integration.conftest import OUTPUT_TOKENS, assert_gone, assert_version_matched, deployments, pids_of
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cost(105)]
 
 
 def shm() -> set[str]:

@@ -25,7 +25,7 @@ from stacks.base.procs import port_in_use
 from stacks.vllm import VllmStack
 from tests.integration.conftest import REPO, HubCache, assert_gone, hub_cache, profile_writer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cost(290)]
 MAX_MODEL_LEN = 1024  # not vLLM's or our default, so /v1/models proves the setting was applied
 OUT_TOKENS = 16
 ENGINE = {"max_model_len": MAX_MODEL_LEN, "max_num_seqs": 32, "dtype": "float32", "enforce_eager": True}

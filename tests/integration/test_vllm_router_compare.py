@@ -10,7 +10,7 @@ import pytest
 
 from tests.integration.conftest import assert_gone, assert_version_matched, deployments, pids_of
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cost(100)]
 
 
 def test_vllm_router_compare_small(tmp_path, small_compare):

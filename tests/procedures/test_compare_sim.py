@@ -11,6 +11,8 @@ import pytest
 from harness.cli.main import main
 from harness.schemas import CompareSummary
 
+pytestmark = pytest.mark.cost(60)  # its slow tests together, for make test's side-by-side lane
+
 
 def compare(tmp_path: Path, write_profile, *opts: str, repeats: int = 1, pairs: int = 2,
             extra: tuple[str, ...] = ()) -> tuple:
