@@ -25,7 +25,8 @@ from stacks.base import DeploySettings
 from stacks.sim import SimStack
 from tests.k8s_emulator import Emulator, write_kubeconfig
 
-pytestmark = [pytest.mark.slow, pytest.mark.cost(60)]  # a local compare and load processes against the reference engine (~20 s)
+# a local compare and load processes against the reference engine (~20 s)
+pytestmark = [pytest.mark.slow, pytest.mark.cost(60)]
 ROOT = Path(__file__).resolve().parents[2]
 LOAD = "registry.test/layerbench:1"
 
