@@ -5,6 +5,12 @@
   delays do not pile up while events are further apart than the delay);
 - rechunk: merge N upstream content events into one event carrying all their text (like Ray Serve's stream
   batching), so tokens per event rises while usage still carries the true token count;
+- batch_interval_ms: content events held and sent as one every N ms from the first one held (Ray Serve LLM's
+  response batcher, 50 ms by default there: RAYLLM_MODEL_RESPONSE_BATCH_TIMEOUT_MS,
+  ray/llm/_internal/serve/constants.py in ray 2.60.0), so tokens per event rises with the engine's token rate;
+- chunk_cpu_us: each content event costs this much CPU in `per_chunk_work` (a busy loop; a layer's per-chunk
+  middleware, as LiteLLM#21501 found one taking 53% of the proxy's CPU), so the proxy's one core runs out at a
+  known token rate;
 - max_ongoing: at most N requests forwarded at once (a layer that caps the engine's concurrency);
 - metrics: pass | hide (404, like Ray Serve's API port) | rename (vllm:* -> proxy_vllm_*, like ray_vllm_*).
 
@@ -40,6 +46,9 @@ class ProxyConfig(BaseModel):
     request_delay_ms: float = Field(0.0, ge=0)
     chunk_delay_ms: float = Field(0.0, ge=0)
     rechunk: int = Field(1, ge=1)
+    batch_interval_ms: float = Field(0.0, ge=0, description="content events held and sent as one every N ms from "
+                                     "the first one held, like Ray Serve LLM's response batcher (0: no batching)")
+    chunk_cpu_us: float = Field(0.0, ge=0, description="CPU burned per content event in per_chunk_work (0: none)")
     metrics: Literal["pass", "hide", "rename"] = "pass"
     rename_prefix: str = "proxy_vllm_"
     max_ongoing: int = Field(0, ge=0, description="at most this many requests forwarded at once, the others wait "
@@ -153,9 +162,18 @@ class Proxy:
         dechunk = ChunkedDecoder()
         buf = b""
         batch: list[bytes] = []
-        delay_ns = int(self.cfg.chunk_delay_ms * 1e6)
+        cfg = self.cfg
+        delay_ns, interval_ns = int(cfg.chunk_delay_ms * 1e6), int(cfg.batch_interval_ms * 1e6)
+        due: int | None = None  # when what is held goes out (batch_interval_ms)
         while not dechunk.done:
-            data = await reader.read(65536)
+            try:
+                wait = None if due is None else max(0.0, (due - time.perf_counter_ns()) / 1e9)
+                data = await asyncio.wait_for(reader.read(65536), wait)
+            except asyncio.TimeoutError:  # the interval is up: what is held goes out as one event
+                resp.chunk(_merge(batch))
+                batch, due = [], None
+                await resp.writer.drain()
+                continue
             t = time.perf_counter_ns()
             if not data:
                 raise ConnectionError("upstream closed mid-stream")
@@ -164,9 +182,14 @@ class Proxy:
                 event, buf = buf[: end + 2], buf[end + 2:]
                 content = _is_content(event)
                 if content:
+                    if cfg.chunk_cpu_us:
+                        per_chunk_work(cfg.chunk_cpu_us)
                     batch.append(event)
-                    if len(batch) < self.cfg.rechunk:
+                    if interval_ns and due is None:
+                        due = t + interval_ns
+                    if len(batch) < cfg.rechunk or (interval_ns and cfg.rechunk == 1):
                         continue
+                due = None
                 if delay_ns:
                     await self.timer.sleep_until(t + delay_ns)
                 if batch:  # a non-content event (usage, [DONE]) flushes what is batched first
@@ -179,6 +202,13 @@ class Proxy:
         if batch:
             resp.chunk(_merge(batch))
         await resp.end_stream()
+
+
+def per_chunk_work(us: float) -> None:
+    """Busy for `us` microseconds: the per-chunk CPU a profile must find by this name."""
+    end = time.perf_counter_ns() + int(us * 1000)
+    while time.perf_counter_ns() < end:
+        pass
 
 
 def _is_content(event: bytes) -> bool:
