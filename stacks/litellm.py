@@ -58,6 +58,14 @@ class LitellmStack(FrontedEngineStack):
         return ([str(exe), "--config", str(path), "--host", "127.0.0.1", "--port", str(self.port), "--num_workers",
                  str(self.options.num_workers)], FRONT_ENV)
 
+    def layer_headers(self) -> dict[str, str]:
+        # litellm/proxy/common_request_processing.py (1.108.7), get_custom_headers: every response's head
+        return {"x-litellm-overhead-duration-ms": "LiteLLM's own time on the request, outside the upstream call "
+                "(its litellm_overhead_time_ms; for a stream, what it knew when the head was sent)"}
+
+    def tuning(self) -> dict[str, str]:
+        return {"saturated process": "num_workers=1,2,4"}  # one proxy process per worker, each its own core
+
     def ready_url(self) -> str:
         return f"{self.endpoint().base_url}/health/readiness"
 

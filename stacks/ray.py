@@ -159,6 +159,12 @@ class RayStack(LocalServerStack):
                 print(f"layerbench: could not scrub secrets from {self.kept_logs}: {e}", file=sys.stderr)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
+    def tuning(self) -> dict[str, str]:
+        # the OpenAiIngress replicas carry every request and token; Ray's response batcher sends a stream's
+        # tokens every stream_batching_interval_ms (50 by default, ray/llm/_internal/serve/constants.py, 2.60.0)
+        return {"saturated process": "ingress_replicas=1,2,4", "batched streaming": "stream_batching_interval_ms=0,50",
+                "holds requests back": "max_ongoing_requests=8,64,1000000000"}
+
     def metric_aliases(self) -> tuple[str, ...]:
         return ("ray_vllm_",)  # Ray's metrics agent: vllm:x -> ray_vllm_x (measured with Ray 2.60)
 

@@ -159,6 +159,10 @@ class SimProxyStack(FrontedEngineStack):
         return ([sys.executable, "-m", "stacks.refengine.proxy", "--port", str(self.port), "--upstream-port", port,
                  *_flags(self.settings.options, PROXY_KEYS)], {"PYTHONPATH": str(PROJECT_ROOT)})
 
+    def tuning(self) -> dict[str, str]:
+        return {"batched streaming": "batch_interval_ms=0,50", "holds requests back": "max_ongoing=0,2",
+                "saturated process": "chunk_cpu_us=0,500"}
+
     def metric_aliases(self) -> tuple[str, ...]:
         opts = self.settings.options
         return (str(opts.get("rename_prefix", ProxyConfig.model_fields["rename_prefix"].default)),) \

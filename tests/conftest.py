@@ -113,6 +113,9 @@ SESSION_MARK = "LAYERBENCH_TEST_SESSION"
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the controller, before any xdist worker starts (they inherit it)
         os.environ[SESSION_MARK] = f"{os.getpid()}-{time.time_ns()}"
+        # a compare's profiled windows only where a test asks for them (--cpu-profile): the others would each pay
+        # one more window per level and side for what they do not check
+        os.environ.setdefault("LAYERBENCH_CPU_PROFILE", "0")
 
 
 def marked_processes(mark: str) -> list[psutil.Process]:

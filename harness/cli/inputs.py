@@ -14,6 +14,8 @@ import stat
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from harness.errors import LayerbenchError
+
 _DIGITS = re.compile(r"[0-9]{1,20}")  # ASCII only: int() would also take "1_000", " 5" and "٣"
 _HOSTNAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?")
 
@@ -213,3 +215,24 @@ def max_pairs(s: str) -> int:
         raise argparse.ArgumentTypeError(f"max_pairs must be from 2 to 64 (a verdict's interval needs 2 pairs), "
                                          f"got {s}")
     return n
+
+
+CPU_PROFILE_ENV = "LAYERBENCH_CPU_PROFILE"
+
+
+def cpu_profiling(wanted: bool | None, deployments: str) -> tuple[bool, str | None]:
+    """Whether a compare samples its processes (harness.measure.profiled), and why not where it does not:
+    --cpu-profile on a host where py-spy cannot attach is an error before anything is deployed; by default
+    the compare profiles where it can and says why it did not; LAYERBENCH_CPU_PROFILE=0 makes that default off
+    (make test sets it: only the tests of the profiles pay for profiled windows)."""
+    from harness.load.profiler import attach_refused, pyspy
+
+    if wanted is False or (wanted is None and os.environ.get(CPU_PROFILE_ENV, "1").lower() in ("0", "no", "false")):
+        return False, None
+    why = ("py-spy is not installed beside this Python or on PATH (make setup installs it in the client's "
+           "environment)" if pyspy() is None else attach_refused())
+    if why is None and deployments == "interleaved":
+        why = "deployments: interleaved has no profiled windows yet (deployments: sequential has)"
+    if why and wanted:
+        raise LayerbenchError(f"--cpu-profile: {why}")
+    return why is None, why

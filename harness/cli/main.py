@@ -81,7 +81,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         args.stack, args.opt = plan.stack, [f"{k}={v}" for k, v in plan.options.items()]
     elif not args.stack:
         raise LayerbenchError("compare needs --stack (or --resume RUN_ID)")
-    p = prepare(args, "compare", plan.profile if plan else None, plan.run_id if plan else None)
+    p = prepare(args, getattr(args, "command_name", "compare"), plan.profile if plan else None,
+                plan.run_id if plan else None)
+    if getattr(args, "levels", None):  # `diagnose --levels`
+        p.profile = p.profile.with_levels(args.levels)
     profile, cost, stack, run_id = p.profile, p.cost, p.stack, p.run_id
     repeats = plan.repeats if plan else args.repeats or profile.repeats
     if profile.deployments == "interleaved":
@@ -100,11 +103,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from harness.reporting.terminal import compare_summary
 
     allow_mismatch = plan.allow_version_mismatch if plan else args.allow_version_mismatch
+    from harness.cli.inputs import cpu_profiling
+
+    profiling, not_profiled = cpu_profiling(args.cpu_profile, profile.deployments)
     run = open_run(p, "compare", Output.to(console), {
         "repeats": repeats, "profile": profile.model_dump(), "options": dict(stack.settings.options),
         "allow_version_mismatch": allow_mismatch, **({"invocations": plan.history} if plan else {})},
-        plan).with_repeats(repeats)
+        plan).with_repeats(repeats).with_profiling(profiling)
     writer = run.writer
+    if not_profiled:
+        console.print(f"[yellow]processes not profiled:[/] {not_profiled}", highlight=False)
     verb = f"resume {run.invocation} of" if plan else "compare"
     console.print(f"{verb} [bold]{run_id}[/]: {args.stack} vs its version-matched baseline → {writer.dir}")
     summary = None
@@ -246,6 +254,12 @@ def _add_compare(sub, profile_help: str, results_help: str) -> None:
                    help="what one GPU costs per hour: the report adds the run's cost and $ per million output "
                    "tokens per level (default: $GPU_HOURLY_USD)")
     c.add_argument("--opt", action="append", metavar="KEY=VALUE", help="stack option (repeatable)")
+    c.add_argument("--cpu-profile", dest="cpu_profile", action="store_true", default=None,
+                   help="sample every process of both sides with py-spy in one more window per level, after the "
+                   "judged ones (default: on where py-spy can attach; this flag makes a host where it cannot an "
+                   "error)")
+    c.add_argument("--no-cpu-profile", "--no-profile", dest="cpu_profile", action="store_false",
+                   help="no profiled windows: the compare ends after its judged windows")
     c.add_argument("--export", action="append", choices=("benchmark-report",), help="also write each side, level by "
                    "level, as an llm-d Benchmark Report v0.2.1 under reports/<run>/benchmark-report/")
     c.add_argument("--results-dir", type=inputs.results_dir, default=str(RESULTS_DIR), help=results_help)
@@ -283,6 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_run)
 
     _add_compare(sub, profile_help, results_help)
+    from harness.cli.diagnose import add_parser as add_diagnose
+
+    add_diagnose(sub, profile_help, results_help)
 
     a = sub.add_parser("audit", help="which vllm:* metrics survive behind the layer")
     a.add_argument("--stack", required=True)

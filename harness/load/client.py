@@ -58,6 +58,7 @@ class RequestRecord:
     digest: str = ""  # of the request body as sent: both sides of a compare send the same ones in the same order
     turn: int = 0  # a multi-turn chat's turn (0: the first, or a profile without sessions)
     answer: str = ""  # the streamed text, kept only for a chat's next turn (StreamClient.keep_text); not written
+    headers: dict[str, str] = field(default_factory=dict)  # the layer's timing headers (StreamClient.keep_headers)
 
     @property
     def dispatch_delay_ms(self) -> float:
@@ -77,6 +78,8 @@ class RequestRecord:
         if not self.t_task_ns:  # closed loop: its records keep their shape
             del d["t_task_ns"]
         del d["answer"]
+        if not self.headers:  # a stack that declares none: its records keep their shape
+            del d["headers"]
         d["event_ms"] = [round(x, 3) for x in self.event_ms]
         d["dispatch_delay_ms"] = round(self.dispatch_delay_ms, 4)
         return d
@@ -97,6 +100,7 @@ class StreamClient:
         self.model, self.api, self.max_tokens = model, api, max_tokens
         self.ignore_eos, self.timeout_s = ignore_eos, timeout_s
         self.keep_text = False  # multi-turn chats: each answer goes into the next turn's prompt
+        self.keep_headers: tuple[str, ...] = ()  # response headers each record keeps (Stack.layer_headers)
 
     def connection(self) -> Connection:
         return Connection(self.host, self.port)
@@ -207,6 +211,8 @@ class StreamClient:
             conn.close()
         if response is not None and response.status is not None:
             rec.http_status = response.status
+            if self.keep_headers:
+                rec.headers = {k: response.headers[k] for k in self.keep_headers if k in response.headers}
         if not rec.t_start_ns:
             rec.t_start_ns = clock()
         rec.t_end_ns = (response.t_end_ns if response is not None else 0) or clock()

@@ -46,13 +46,14 @@ class Response:
     """One response as it arrives. `on_event(data, t_first_byte_ns)` returns whether the event was the stream's
     last (`[DONE]`); `done` (a future) ends with None once the body is complete, or with the exception."""
 
-    __slots__ = ("on_event", "done", "status", "keep_alive", "_head", "_length", "_received", "_chunks", "_sse",
-                 "_seen_last", "_error_body", "t_end_ns")
+    __slots__ = ("on_event", "done", "status", "keep_alive", "headers", "_head", "_length", "_received", "_chunks",
+                 "_sse", "_seen_last", "_error_body", "t_end_ns")
 
     def __init__(self, on_event: Callable[[bytes, int], bool], done: asyncio.Future):
         self.on_event, self.done = on_event, done
         self.status: int | None = None
         self.keep_alive = True
+        self.headers: dict[str, str] = {}  # the response head's, names lower-case
         self._head = b""
         self._length: int | None = None
         self._received = 0
@@ -102,7 +103,7 @@ class Response:
             return b""
         self._head = b""
         status, headers = parse_head(buf[:end])
-        self.status = status
+        self.status, self.headers = status, headers
         if headers.get("transfer-encoding", "").lower() == "chunked":
             self._chunks = ChunkedDecoder()
         if "content-length" in headers:

@@ -55,6 +55,7 @@ class WorkerSpec:
     prompts_key: str  # the side's PromptGenerator key; a worker's prompts are its own (":w<i>")
     tokenizer: str | None
     out_dir: str
+    keep_headers: tuple[str, ...] = ()  # the stack's timing headers each record keeps (Stack.layer_headers)
 
 
 @dataclass(frozen=True)
@@ -218,6 +219,7 @@ def worker_main(spec: WorkerSpec, index: int, conn, flag: StopFlag) -> None:
     client = CLIENTS[spec.protocol](spec.base_url, spec.model, api=profile.api,
                                     ignore_eos=profile.ignore_eos, timeout_s=profile.request_timeout_s)
     client.keep_text = profile.sessions is not None
+    client.keep_headers = spec.keep_headers
     fd = os.open(records_path(spec.out_dir, index), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     me = WorkerLoad(index, profile, client, gen, spec.seed, conn, fd)
     try:

@@ -98,7 +98,11 @@ def _measure(stack: Stack, pairs: int, run: Run, after_side: Callable[[Sides], N
             most = f"at most {pairs}" if after_pair is not None else f"{pairs}"
             say(f"[bold]pair {pair + 1} of {most}: {label} {target.kind}[/]")
             with target:
-                measured = deploy_and_measure(target, run, Side(label, prior, pair if pairs > 1 else None, calibrate))
+                # the processes are sampled in the last pair, after its judged windows; a sequential compare's last
+                # is known only once it is torn down, so there its first
+                profile = run.profiling and pair == (pairs - 1 if after_pair is None else 0)
+                measured = deploy_and_measure(target, run, Side(label, prior, pair if pairs > 1 else None, calibrate,
+                                                                profile))
                 out.runs[label] = measured
                 out.live[label] = live_facts(target)
             refresh_logs(out.live[label], target)

@@ -55,6 +55,7 @@ class Run:
     plan: ResumePlan | None = None
     placement: dict[str, Any] | None = None
     target: str = "local"
+    profiling: bool = False  # a compare samples every process in one more window per level (harness.measure.profiled)
 
     def n_repeats(self) -> int:
         return self.repeats or self.profile.repeats
@@ -64,6 +65,9 @@ class Run:
 
     def with_repeats(self, repeats: int | None) -> Run:
         return replace(self, repeats=repeats)
+
+    def with_profiling(self, on: bool) -> Run:
+        return replace(self, profiling=on)
 
     @property
     def invocation(self) -> int:
@@ -80,6 +84,7 @@ class Side:
     prior: RunSummary | None = None
     pair: int | None = None
     calibrate: bool = False
+    profile: bool = False  # see Windows
 
 
 @dataclass(frozen=True)
@@ -93,3 +98,4 @@ class Windows:
     first_repeat: int = 0
     pair: int = 0
     calibrate: bool = False
+    profile: bool = False  # after the judged windows, each level once more with every process sampled

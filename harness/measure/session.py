@@ -103,7 +103,7 @@ def make_ready(stack: Stack, run: Run, side: Side) -> Ready:
     model = stack.settings.model
     writer.write_meta(deployments=deployments, **({"model": model.model_dump(mode="json")} if model else {}))
     return Ready(summary, Windows(skip=skip, first_repeat=(pair or 0) * n_repeats, pair=pair or 0,
-                                  calibrate=side.calibrate))
+                                  calibrate=side.calibrate, profile=side.profile))
 
 
 

@@ -25,6 +25,7 @@ from harness.load.runner import LevelRun
 from harness.load.scraper import Scraper
 from harness.load.topology import CoreSampler, engine_binding
 from harness.load.workers import WorkerSpec
+from harness.measure.profiled import profile_levels
 from harness.measure.run import Run, Windows
 from harness.measure.split import Split
 from harness.results import RunWriter
@@ -54,6 +55,8 @@ def measure(stack: Stack, run: Run, summary: RunSummary, at: Windows | None = No
                 for c in sweep.levels:
                     if (rep, c) not in at.skip:
                         sweep.level(rep, c, len(reps), at.first_repeat)
+            if at.profile:  # after every judged window: each level once more, every process sampled
+                profile_levels(sweep)
     except KeyboardInterrupt:  # wherever it lands: the summary says where the sweep stopped
         summary.stopped = f"interrupted by Ctrl-C / SIGTERM at {sweep.where}"
         save(writer, summary)
@@ -86,12 +89,14 @@ class SweepRun:
         client = CLIENTS[ep.protocol](ep.base_url, ep.model, api=profile.api,
                                       ignore_eos=profile.ignore_eos, timeout_s=profile.request_timeout_s)
         client.keep_text = profile.sessions is not None
+        client.keep_headers = tuple(stack.layer_headers())
         seed = profile.seed if profile.seed is not None else writer.run_id  # both sides: the same arrivals
         if shard is not None:  # each pod a Poisson stream of rate/N with a seed of its own: together, the level's
             seed = f"{seed}:pod{shard.index}"
         self.driver = Driver(client, gen, profile, seed, shard, stack.dead if stack.cheap_liveness else None)
         self.split = Split(WorkerSpec(ep.base_url, ep.model, ep.protocol, profile.model_dump(mode="json"), str(seed),
-                                      writer.run_id, key, str(tok) if tok.exists() else None, str(writer.dir)),
+                                      writer.run_id, key, str(tok) if tok.exists() else None, str(writer.dir),
+                                      client.keep_headers),
                            profile.client_procs if shard is None else 1, self.driver, writer)
         self.levels = profile.levels()
         self.scraper = Scraper(stack.metric_endpoints(), profile.scrape_interval_s, writer.dir / "scrapes.jsonl",
@@ -227,7 +232,7 @@ class SweepRun:
                                incomplete=run.aborted or (f"deployment died: {gone}" if cut else None),
                                invocation=self.invocation, sent=run.sent, gpu=self.gpus.window(opened, closed),
                                part_of=c if self.shard is not None else None, pair=self.pair,
-                               workers=self.split.healths))
+                               workers=self.split.healths, layer_headers=header_dists(run.records)))
         self.count_scrapes()
         why = run.aborted or gone
         if why:
@@ -235,6 +240,9 @@ class SweepRun:
         save(self.writer, s)
         if why:  # measured so far is on disk; stop and say so
             raise LayerbenchError(f"{s.label} {stack.kind} stopped at {self.where}: {why}")
+
+    def save(self) -> None:
+        save(self.writer, self.summary)
 
     def count_scrapes(self) -> None:
         s, sc, (n, gaps, reasons) = self.summary, self.scraper, self.before
@@ -256,6 +264,20 @@ class SweepRun:
         self.scraper.new_scrapes()
         self.count_scrapes()
         save(self.writer, s)
+
+
+def header_dists(records: list[dict]) -> dict[str, Dist]:
+    """Each kept response header's numbers over the level's successful requests (a value that is not a number,
+    such as LiteLLM's "None" where it had no figure yet, is left out)."""
+    values: dict[str, list[float]] = {}
+    for r in records:
+        if r.get("ok"):
+            for k, v in (r.get("headers") or {}).items():
+                try:
+                    values.setdefault(k, []).append(float(v))
+                except ValueError:
+                    continue
+    return {k: Dist.of(xs) for k, xs in values.items() if xs}
 
 
 def summary_file(label: str, stack: str) -> str:

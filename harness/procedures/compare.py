@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from harness.analysis.conclude import Evidence, pair_order, settle
+from harness.analysis.diagnose import diagnose
 from harness.analysis.sequential import Looks
 from harness.errors import LayerbenchError
 from harness.measure.pairs import measure_pairs
@@ -139,6 +140,7 @@ def run_compare(stack: Stack, run: Run, allow_mismatch: bool, pairs_plan: Plan |
     keep(measured)
     live.update(measured.live)
     judge_at(stop.last if stop is not None else None)
+    summary.diagnosis = diagnose(summary, stack.tuning())
     if stop is not None and stop.state.looks:
         summary.pairs = stop.state.looks[-1]
         summary.order = pair_order(summary.pairs)

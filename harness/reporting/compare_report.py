@@ -55,6 +55,7 @@ def write_compare_report(s: CompareSummary, engine: EngineSettings | None, run_d
     from harness.analysis.lengths import contexts
     from harness.analysis.samples import ttft_samples
     from harness.profile.schema import LoadProfile
+    from harness.reporting.flames import write_flames
     from harness.reporting.report import write_report
     from harness.reporting.workload_report import lengths_table, run_profile, turns_table
     from stacks.base import MODEL_DIR, get_stack
@@ -73,4 +74,8 @@ def write_compare_report(s: CompareSummary, engine: EngineSettings | None, run_d
     varied = profile is not None and (profile.sessions is not None or not (isinstance(
         profile.input_tokens, int) and isinstance(profile.output_tokens, int)))  # part of the decision then
     extra, details = (extra + lengths, details) if varied else (extra, details + lengths)
+    if flames := write_flames(s.runs, run_dir, out_dir, bool(profile and profile.open_loop)):
+        details.append(("Flame graphs (the profiled windows)", "Each side's processes sampled by py-spy in the "
+                        "window after the judged ones; a tower per process, width its share of the samples.",
+                        ["side", "level", "file", "samples"], flames))
     return write_report(s, out_dir, bullets, extra, details, ttfts=ttft_samples(run_dir, s.measured_repeats))

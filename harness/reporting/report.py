@@ -14,6 +14,7 @@ from harness.analysis.latency_split import hidden, lagging, split
 from harness.analysis.prefix_cache import hit_rates, reused
 from harness.load.prompts import NO_TOKENIZER
 from harness.load.topology import cores_sentence
+from harness.reporting.diagnosis import diagnosis_lines, diagnosis_tables
 from harness.reporting.document import Document, Table, write_document
 from harness.reporting.emulation_report import step_line, step_table, step_warnings
 from harness.reporting.format import fmt, major_processes, markdown_table, scrape_policy_text, share_pct
@@ -80,6 +81,7 @@ def decision(s: CompareSummary) -> list[str]:
                      f"{fmt(top.baseline_ttft_p95_ms, '{:,.0f}')} → {fmt(top.stack_ttft_p95_ms, '{:,.0f}')} ms)")
         if (levels := by_level(s)) is not None:
             lines.append(levels)
+        lines += diagnosis_lines(s)
     else:
         lines.append(f"**{s.stack}: no level measured on both sides** (status {s.status})")
     caps = capacities(s)
@@ -263,7 +265,8 @@ def write_report(s: CompareSummary, out_dir: Path, bullets: list[str] | None = N
     images = plots(s, out_dir, ttfts)
     title = f"layerbench: {s.stack}{f' ({s.shape})' if s.shape else ''} vs {s.baseline_stack} — {s.run_id}"
     headline = [*decision(s), *list(bullets or []), *warnings(s)]
-    path = write_document(out_dir, Document(title, headline, [*decision_tables(s), *step_table(s), *(extra or [])],
+    path = write_document(out_dir, Document(title, headline, [*decision_tables(s), *diagnosis_tables(s),
+                                                              *step_table(s), *(extra or [])],
                                             images, [*detail_tables(s), *(details or [])], notes=context(s)))
     (out_dir / "summary.json").write_text(json.dumps(s.model_dump(exclude={"runs"}), indent=2, default=str))
     return path

@@ -7,6 +7,7 @@ from pydantic import BaseModel
 from harness.profile.schema import SLO, EmulatedStep
 from harness.schemas.audit import AuditResult
 from harness.schemas.deploy import AppliedConfig, PublishedResult, ServedModel
+from harness.schemas.profiles import Diagnosis
 from harness.schemas.verdicts import MARGIN, Components, Instability, LevelDelta
 from harness.schemas.window import RunSummary
 
@@ -90,6 +91,7 @@ class CompareSummary(BaseModel):
     host_cores: int = 0
     invocations: int = 1  # how many `compare` / `compare --resume` invocations measured it
     slo: SLO | None = None  # the profile's, which goodput and the report's capacity are judged by
+    diagnosis: Diagnosis | None = None  # why the layer costs, per level (harness.analysis.diagnose)
     metricless: dict[str, str] = {}  # the stack's Stack.metricless_endpoints(): listed by the audit, not scraped
     renames: tuple[str, ...] | None = None  # the stack's Stack.metric_aliases(), for reading its scrapes again
     emulated_step: EmulatedStep | None = None  # the GPU-like engine's configured step (engine.model: gpu-like)

@@ -10,6 +10,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from harness.schemas.deploy import AppliedConfig
+from harness.schemas.profiles import ProfiledLevel
 
 TOLERANCE = 0.10  # how far a measured emulated step may be off the configured one and still be held
 
@@ -239,6 +240,7 @@ class LevelSummary(BaseModel):
     attempt: int = 0  # an interleaved compare's window measured again (the other deployment was busy): its try
     idle_cores: float | None = None  # interleaved compare: cores the other deployment of the pair used meanwhile
     workers: list[ClientHealth] = []  # client_procs > 1: each load process's health (0: the sweep's own)
+    layer_headers: dict[str, Dist] = {}  # the layer's own timing per request, from its declared response headers
 
 
 class RunSummary(BaseModel):
@@ -272,6 +274,8 @@ class RunSummary(BaseModel):
     devices: list[int] = []  # the GPUs the deployment was given; [] on a host without GPUs
     tokenizer: str | None = None  # what counted prompt lengths: "<tokenizer.json> (whose)", or 4 characters a token
     calibration: Calibration | None = None  # gpu-like: the levels this host held the emulated step at
+    profiled: list[ProfiledLevel] = []  # each level's profiled window (not judged), harness.measure.profiled
+    profile_note: str | None = None  # how it was profiled ("py-spy 0.4.3, 100 Hz, ..."), or why not
     remeasured: int = 0  # interleaved compare: windows measured again because the other side was not idle
 
     @property

@@ -208,6 +208,16 @@ class Stack(ABC):
         ports): the audit lists them as such, and nothing scrapes them (a scrape would only count 404s)."""
         return {}
 
+    def layer_headers(self) -> dict[str, str]:
+        """Response headers in which the layer times its own part of each request: name (lower-case) -> what it
+        is. The client keeps them per request; each level's report splits the time outside the engine with them."""
+        return {}
+
+    def tuning(self) -> dict[str, str]:
+        """The option sweep to try when a diagnosis rule fires (harness.analysis.diagnose.RULES -> `OPT=` of
+        `make sweep`): only options this stack declares."""
+        return {}
+
     def layer_metrics(self) -> tuple[LayerMetric, ...]:
         """The layer's own figures to summarise per level from its metric endpoints (Triton: queue time)."""
         return ()
