@@ -11,6 +11,7 @@
 #   make test                  unit + integration tests (starts real vLLM on CPU)
 #   make compare STACK=kserve MODE=inprocess   KServe's modes: raw (default), inprocess, proxy
 #   make compare STACK=ray TARGET=k8s ARGS=--dry-run   the GPU cluster's manifests, rendered and validated (or docker)
+#   make diagnose STACK=ray    why the layer costs: one pair, every process profiled (LEVELS=1,16), a few minutes
 #   make capacity STACK=vllm   the highest concurrency meeting the SLA (SLA_TTFT_P95=0.5 SLA_ITL_P95=0.05, seconds)
 #   make capacity STACK=ray BASELINE=1   ... and its bare vLLM's: the capacity lost to the layer
 #   make sweep STACK=ray SETTING=max_num_seqs=16,64   an engine setting, on the bare engine and behind the layer
@@ -82,14 +83,14 @@ MODEL_ARGS = $(if $(MODEL),--model $(MODEL)) $(if $(REVISION),--revision $(REVIS
 setup-%: setup $(STAMPS)/setup-% ;  # a layer's own environment (make setup-ray): see LAYERS
 setup-chromium: $(STAMPS)/chromium  ## Debian's headless Chromium, for the report's browser test
 
-.PHONY: setup setup-chromium client run serve compare capacity sweep audit report soak test \
+.PHONY: setup setup-chromium client run serve compare diagnose capacity sweep audit report soak test \
 	test-setup test-fast lint bench-harness calibrate clean help stacks doctor gpu-check lock
 ifneq ($(DRY),)
 .PHONY: $(STAMPS)/client $(STAMPS)/engine $(STAMPS)/gpulike $(STAMPS)/model $(STAMPS)/engine-check \
 	$(LAYERS:%=$(STAMPS)/setup-%)
 endif
 help:  ## this list (also plain `make`)
-	@sed -n '2,22p' Makefile
+	@sed -n '2,23p' Makefile
 	@echo '# targets:'
 	@awk -F ':.*## ' '/^[a-z-]+:.*## /{printf "#   %-16s %s\n", $$1, $$2}' Makefile
 	@printf "#   %-16s %s\n" "setup-<layer>" "a layer's own environment (scripts/setup_<layer>.sh): $(LAYERS)"
@@ -163,6 +164,11 @@ compare: $(needs)  ## a layer against its version-matched bare vLLM; report unde
 	$(LB) compare $(if $(RESUME),--resume $(RESUME),--stack $(STACK) --profile $(PROFILE) $(MODEL_ARGS)) \
 		$(if $(REPEATS),--repeats $(REPEATS)) $(if $(PAIRS),--pairs $(PAIRS)) $(if $(DEPLOYMENTS),--deployments $(DEPLOYMENTS)) $(if $(MODE),--opt mode=$(MODE)) --target $(TARGET) $(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) \
 		$(if $(MDE),--mde $(MDE)) $(if $(BUDGET),--budget $(BUDGET)) $(if $(MAX_PAIRS),--max-pairs $(MAX_PAIRS)) $(ARGS)
+
+# why the layer costs, alone, in a few minutes: one pair, every level profiled after its window (LEVELS=1,16)
+diagnose: $(needs)  ## one pair with every process profiled: the diagnosis report without a verdict's pairs
+	$(LB) diagnose --stack $(STACK) --profile $(PROFILE) $(MODEL_ARGS) $(if $(LEVELS),--levels $(LEVELS)) \
+		$(if $(MODE),--opt mode=$(MODE)) $(ARGS)
 
 capacity: $(needs)  ## the highest concurrency (or rate) meeting the SLA
 	$(LB) capacity --stack $(STACK) --profile $(PROFILE) $(MODEL_ARGS) $(if $(URL),--url $(URL)) $(if $(MODE),--opt mode=$(MODE)) \
