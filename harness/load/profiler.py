@@ -4,9 +4,10 @@ src/main.rs of py-spy 0.4.3: "Stopped sampling because Control-C pressed"). On-C
 default without --idle), --nonblocking so a sample never pauses the process it reads (py-spy's README: the
 default pauses it briefly), raw collapsed stacks (--format raw), 100 Hz.
 
-Attaching needs ptrace rights over a process that is not py-spy's own child: root, CAP_SYS_PTRACE, or
-kernel.yama.ptrace_scope 0 (Documentation/admin-guide/LSM/Yama.rst: 1 allows only descendants, 2 only
-CAP_SYS_PTRACE, 3 nobody). In a container that is `--cap-add SYS_PTRACE` (py-spy's README, "Docker")."""
+Attaching needs ptrace rights over a process that is not py-spy's own child: CAP_SYS_PTRACE, or
+kernel.yama.ptrace_scope 0 (or no Yama) for a process of the same user (Documentation/admin-guide/LSM/Yama.rst:
+1 allows only descendants, 2 only CAP_SYS_PTRACE, 3 nobody). In a container that is `--cap-add SYS_PTRACE`
+(py-spy's README, "Docker")."""
 
 from __future__ import annotations
 
@@ -79,9 +80,8 @@ def version(binary: str) -> str:
 
 
 def attach_refused() -> str | None:
-    """Why this process's children could not attach to its other children, or None where they can."""
-    if os.geteuid() == 0:
-        return None
+    """Why this process's children could not attach to its other children, or None where they can. Root is not
+    enough: a container's root lacks CAP_SYS_PTRACE by default (Docker's default capability set)."""
     try:
         cap_eff = next(int(line.split()[1], 16) for line in Path("/proc/self/status").read_text().splitlines()
                        if line.startswith("CapEff:"))

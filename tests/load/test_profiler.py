@@ -28,7 +28,6 @@ def test_a_thread_always_on_a_cpu_or_waiting_for_one_is_busy_the_whole_window():
 
 
 def test_attaching_is_refused_with_the_setting_to_change(monkeypatch, tmp_path):
-    monkeypatch.setattr(os, "geteuid", lambda: 1000)
     status, scope = tmp_path / "status", tmp_path / "ptrace_scope"
     status.write_text("Name:\tpython\nCapEff:\t0000000000000000\n")
     scope.write_text("1\n")
