@@ -5,8 +5,9 @@ every 50 ms, capping the requests it forwards; an A/A fires none).
 - saturated process: a process of the layer (not the engine's, not the load client) whose busiest thread was on a
   CPU or waiting for one >= 90% of the profiled window (a Python process computes on one core at a time, the
   GIL's), or, where the kernel keeps no such count, used >= 0.9 cores; while the bare engine served more there;
-- batched streaming: the layer's events carry more tokens than the bare engine's (> 1.5 per event where the
-  engine sends <= 1.2), their gaps (the batching interval) and the TTFT excess named;
+- batched streaming: the layer delivers more tokens at a time than the bare engine (> 1.5 per read that carried
+  content, where the engine delivers <= 1.2: one merged event or several events in one write), the gap between
+  those reads (the batching interval) and the TTFT excess named;
 - holds requests back: the engine behind the layer ran fewer requests at once (vllm:num_requests_running, its
   peak in the window) than the client had in flight and than the bare engine ran at that level;
 - CPU taken from the engine (a host without GPUs, where both share the cores): the engine's processes got >= 10%
@@ -43,6 +44,10 @@ def diagnose(s: CompareSummary, hints: dict[str, str] | None = None) -> Diagnosi
         d.profiled = "no diagnosis: a side was not measured"
         return d
     open_loop = stack.open_loop
+    gauges = stack.scrape_policy == "interval" and base.scrape_policy == "interval"
+    if not gauges:  # a gauge read at a window's edges says nothing of its peak inside the window
+        d.checked = [r if r != HOLDS_BACK else f"{HOLDS_BACK} (not checked: the engine's gauges were read only at "
+                     "the windows' edges; a profile with `scrape: interval` checks it)" for r in d.checked]
     engine_titles = {_title(label) for lv in base.levels for label in lv.process_cpu_s}
     prof_s, prof_b = {p.level: p for p in stack.profiled}, {p.level: p for p in base.profiled}
     d.profiled = (f"every process sampled at {', '.join(level_text(c, open_loop) for c in prof_s)}"
@@ -55,7 +60,7 @@ def diagnose(s: CompareSummary, hints: dict[str, str] | None = None) -> Diagnosi
         where = level_text(c, open_loop)
         found = [_saturated(delta, prof_s.get(c), engine_titles, where, s.stack),
                  _batched(b, t, where),
-                 _holds_back(b, t, c, open_loop, where),
+                 _holds_back(b, t, c, open_loop, where) if gauges else None,
                  _cpu_taken(b, t, engine_titles, where, s.host_cores) if not stack.devices else None]
         for f in found:
             if f is not None:
@@ -110,19 +115,25 @@ def _saturated(delta: LevelDelta, prof: ProfiledLevel | None, engine_titles: set
 
 
 def _batched(b: LevelSummary, t: LevelSummary, where: str) -> Finding | None:
-    tb, ts = b.stats.tokens_per_chunk, t.stats.tokens_per_chunk
+    tb, ts = _per_arrival(b), _per_arrival(t)
     if tb is None or ts is None or ts <= TOKENS_PER_EVENT or tb > BARE_TOKENS_PER_EVENT:
         return None
-    gap = t.stats.itl_ms.p50
+    gap = t.stats.arrival_gap_ms.p50 if t.stats.arrival_gap_ms.n else t.stats.itl_ms.p50
     excess = (t.stats.ttft_ms.p50 - b.stats.ttft_ms.p50) if t.stats.ttft_ms.p50 is not None and \
         b.stats.ttft_ms.p50 is not None else None
-    text = f"the layer sends {ts:.1f} tokens per event at {where} (the bare engine {tb:.1f})"
+    text = f"the layer delivers {ts:.1f} tokens at a time at {where} (the bare engine {tb:.1f})"
     if gap is not None:
-        text += f", an event every {gap:.0f} ms (p50): it batches the stream at about {gap:.0f} ms"
-    ev = [f"tokens per SSE event: {ts:.2f} behind the layer, {tb:.2f} bare"]
+        text += f", every {gap:.0f} ms (p50): it batches the stream at about {gap:.0f} ms"
+    ev = [f"tokens per read that carried content: {ts:.2f} behind the layer, {tb:.2f} bare; tokens per SSE event "
+          f"{t.stats.tokens_per_chunk or 0:.2f} and {b.stats.tokens_per_chunk or 0:.2f}"]
     if excess is not None:
         ev.append(f"TTFT p50 {excess:+.0f} ms behind the layer")
     return Finding(rule=BATCHED, level=t.stats.level, text=text, evidence=ev, figure=gap)
+
+
+def _per_arrival(lv: LevelSummary) -> float | None:
+    """Tokens per read that carried content (a run from before arrivals were counted: per SSE event)."""
+    return lv.stats.tokens_per_arrival if lv.stats.tokens_per_arrival is not None else lv.stats.tokens_per_chunk
 
 
 def _holds_back(b: LevelSummary, t: LevelSummary, c: float, open_loop: bool, where: str) -> Finding | None:

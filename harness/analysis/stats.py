@@ -142,6 +142,10 @@ def level_stats(records: Sequence[RequestRecord], concurrency: int, slo: SLO, re
     tokens = sum(r.output_tokens or 0 for r in ok)
     itl = [g for r in ok for g in np.diff(r.event_ms)] if ok else []
     chunks = sum(len(r.event_ms) for r in ok)
+    # content events stamped at one read arrived together: a layer that holds tokens and writes them at once
+    # (Ray Serve LLM's batcher sends each token as its own event, in one write) shows as fewer arrivals than events
+    arrivals = [np.unique(r.event_ms) for r in ok if r.event_ms]
+    n_arrivals = sum(len(a) for a in arrivals)
     good = sum(is_good(r, slo) for r in records)
     per_s = (lambda x: x / wall_s) if wall_s > 0 else (lambda x: 0.0)
     window = steady_window(ok, concurrency) if rate is None else None
@@ -163,6 +167,8 @@ def level_stats(records: Sequence[RequestRecord], concurrency: int, slo: SLO, re
         tpot_ms=Dist.of([t for r in ok if (t := tpot(r)) is not None]),
         e2e_ms=Dist.of([r.e2e_ms for r in ok]),
         tokens_per_chunk=tokens / chunks if chunks else None,
+        tokens_per_arrival=tokens / n_arrivals if n_arrivals else None,
+        arrival_gap_ms=Dist.of([g for a in arrivals for g in np.diff(a)]),
         dispatch_delay_ms=Dist.of([r.dispatch_delay_ms for r in records]),
         steady=stationarity(records, window[0] if window else None),
         steady_tok_s=tokens_between(ok, *window) / ((window[1] - window[0]) / 1e9) if window else None,

@@ -23,6 +23,11 @@ from pathlib import Path
 import psutil
 
 RATE_HZ = 100
+# samples per second across every process of a window: a py-spy sample of a Ray Serve process (many threads, deep
+# stacks) cost ~0.5 ms of CPU here, and fifteen processes at 100 Hz took 0.75 of this host's 2 cores and 30-42% of
+# the profiled window's throughput (2026-12-03); at this budget the rate per process falls as processes add up
+SAMPLES_PER_S = 200
+MIN_RATE_HZ = 10
 STOP_S = 10.0  # py-spy writes its file within this after SIGINT
 CAP_SYS_PTRACE = 19  # linux/capability.h
 Sched = dict[int, tuple[int, int]]  # thread id -> (ns on a CPU, ns runnable but waiting for one)
@@ -107,22 +112,27 @@ class Profiler:
         self.folder, self.binary, self.rate = folder, binary, rate
         self.running: list[tuple[Sampled, subprocess.Popen, Path]] = []
         self.sched: dict[int, Sched] = {}
-        self.t0 = 0
+        self.t0, self.last_rate = 0, rate
         self.done: list[Sampled] = []
         self.own_cpu_s = 0.0
 
     def describe(self) -> str:
-        return f"{version(self.binary)}, {self.rate} Hz, on-CPU samples, nonblocking"
+        return (f"{version(self.binary)}, on-CPU samples, nonblocking, at most {self.rate} Hz a process and "
+                f"{SAMPLES_PER_S} samples/s a window")
+
+    def rate_for(self, n: int) -> int:
+        return max(MIN_RATE_HZ, min(self.rate, SAMPLES_PER_S // max(n, 1)))
 
     def start(self, procs: dict[int, str], name: str) -> None:
         """One py-spy per process; `name` tells this window's files apart (`c4-stack`)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         self.sched, self.t0 = {pid: schedstat(pid) for pid in procs}, time.monotonic_ns()
+        rate = self.last_rate = self.rate_for(len(procs))
         for pid, label in sorted(procs.items()):
             out = self.folder / f"{name}-{pid}.collapsed"
             log = self.folder / f"{name}-{pid}.log"
             with open(log, "wb") as err:
-                p = subprocess.Popen([self.binary, "record", "--pid", str(pid), "--rate", str(self.rate),
+                p = subprocess.Popen([self.binary, "record", "--pid", str(pid), "--rate", str(rate),
                                       "--nonblocking", "--format", "raw", "--output", str(out)],
                                      stdout=err, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True)

@@ -51,8 +51,10 @@ def _profiled(sweep: SweepRun, profiler: Profiler, c: float) -> ProfiledLevel:
         snaps.append(snap)
         return snap
 
+    busy = _busy_labels(s, c)
+
     def opened() -> None:  # before the runner's first CPU reading: the processes are listed here
-        procs = {pid: label for pid, (label, _) in stack.process_cpu().items()}
+        procs = {pid: label for pid, (label, _) in stack.process_cpu().items() if busy is None or label in busy}
         procs[os.getpid()] = "load client"
         client0[0], span[0] = _own_cpu(), time.perf_counter_ns()
         profiler.start(procs, name)
@@ -78,11 +80,24 @@ def _profiled(sweep: SweepRun, profiler: Profiler, c: float) -> ProfiledLevel:
     level = ProfiledLevel(level=c, window_s=run.window_s, completed=len(done),
                          tok_s=tokens / run.window_s if run.window_s > 0 else 0.0,
                          judged_tok_s=sum(judged) / len(judged) if judged else None, profiler_cpu_s=own,
-                         profiler=s.profile_note or "", processes=procs, sampled_from_ns=span[0],
+                         profiler=f"{s.profile_note}; {profiler.last_rate} Hz a process here",
+                         processes=procs, sampled_from_ns=span[0],
                          sampled_to_ns=span[1])
     by_process = {f"{x.label} ({x.pid})": stacks[x.pid] for x in sampled if stacks[x.pid]}
     (profiler.folder / f"{name}.speedscope.json").write_text(json.dumps(speedscope(by_process, name)))
     return level
+
+
+BUSY_CORES = 0.02  # a process below this in the judged windows is not sampled: its samples would cost, not tell
+
+
+def _busy_labels(s, c: float) -> set[str] | None:
+    """The labels of the processes that used at least BUSY_CORES in the side's judged windows at the level (None:
+    no judged window to tell, so every process)."""
+    at = [lv for lv in s.levels if lv.stats.level == c and lv.window_s > 0]
+    if not at:
+        return None
+    return {label for label, cpu in at[-1].process_cpu_s.items() if cpu / at[-1].window_s >= BUSY_CORES}
 
 
 def _used(pid: int, before: dict, after: dict) -> float:

@@ -102,6 +102,8 @@ class LevelStats(Leveled):
     tpot_ms: Dist
     e2e_ms: Dist
     tokens_per_chunk: float | None
+    tokens_per_arrival: float | None = None  # per read that carried content events (several events in one read: one)
+    arrival_gap_ms: Dist = Dist()  # between a request's reads that carried content: a batching layer's interval
     dispatch_delay_ms: Dist
     steady: Stationarity = Stationarity(steady=None)
     ttft_modes: Modes | None = None
