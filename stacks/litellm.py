@@ -59,9 +59,11 @@ class LitellmStack(FrontedEngineStack):
                  str(self.options.num_workers)], FRONT_ENV)
 
     def layer_headers(self) -> dict[str, str]:
-        # litellm/proxy/common_request_processing.py (1.108.7), get_custom_headers: every response's head
+        # litellm/proxy/common_request_processing.py (1.108.7), get_custom_headers: in a response's head, and left
+        # out where its value is still "None" (exclude_values, :2026), as it is for every stream here (the head goes
+        # before the overhead is known: no streamed request of a make diagnose kept it, 2026-12-03)
         return {"x-litellm-overhead-duration-ms": "LiteLLM's own time on the request, outside the upstream call "
-                "(its litellm_overhead_time_ms; for a stream, what it knew when the head was sent)"}
+                "(its litellm_overhead_time_ms)"}
 
     def tuning(self) -> dict[str, str]:
         return {"saturated process": "num_workers=1,2,4"}  # one proxy process per worker, each its own core
