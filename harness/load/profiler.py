@@ -22,6 +22,8 @@ from pathlib import Path
 
 import psutil
 
+from harness.load.topology import thread_files
+
 RATE_HZ = 100
 # samples per second across every process of a window: a py-spy sample of a Ray Serve process (many threads, deep
 # stacks) cost ~0.5 ms of CPU here, and fifteen processes at 100 Hz took 0.75 of this host's 2 cores and 30-42% of
@@ -49,15 +51,11 @@ def schedstat(pid: int) -> Sched:
     two fields (Documentation/scheduler/sched-stats.rst). A thread that is always one or the other wanted a whole
     core the whole time, however much CPU the host let it have."""
     out: Sched = {}
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tids:
+    for tid, raw in thread_files(pid, "schedstat").items():
         try:
-            run, wait = Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[:2]
-            out[int(tid)] = (int(run), int(wait))
-        except (OSError, ValueError):
+            run, wait = raw.split()[:2]
+            out[tid] = (int(run), int(wait))
+        except ValueError:
             continue
     return out
 
@@ -86,7 +84,8 @@ def version(binary: str) -> str:
 
 def attach_refused() -> str | None:
     """Why this process's children could not attach to its other children, or None where they can. Root is not
-    enough: a container's root lacks CAP_SYS_PTRACE by default (Docker's default capability set)."""
+    enough: a container's root lacks CAP_SYS_PTRACE by default (Docker's default capability set,
+    https://docs.docker.com/engine/containers/run/#runtime-privilege-and-linux-capabilities)."""
     try:
         cap_eff = next(int(line.split()[1], 16) for line in Path("/proc/self/status").read_text().splitlines()
                        if line.startswith("CapEff:"))

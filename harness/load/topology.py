@@ -44,8 +44,8 @@ def _children(pid: int) -> set[int]:
     return out
 
 
-def _thread_stats(pid: int) -> dict[int, tuple[int, int]]:
-    """tid -> (cpu time ticks, last processor)."""
+def thread_files(pid: int, name: str) -> dict[int, str]:
+    """tid -> the text of /proc/<pid>/task/<tid>/<name>, for each thread still there ({} for a process gone)."""
     out = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
@@ -53,11 +53,18 @@ def _thread_stats(pid: int) -> dict[int, tuple[int, int]]:
         return out
     for tid in tids:
         try:
-            raw = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            out[int(tid)] = Path(f"/proc/{pid}/task/{tid}/{name}").read_text()
         except OSError:
             continue
+    return out
+
+
+def _thread_stats(pid: int) -> dict[int, tuple[int, int]]:
+    """tid -> (cpu time ticks, last processor)."""
+    out = {}
+    for tid, raw in thread_files(pid, "stat").items():
         f = raw[raw.rfind(")") + 2:].split()  # fields after the command name, starting at field 3 (state)
-        out[int(tid)] = (int(f[11]) + int(f[12]), int(f[36]))  # utime+stime (fields 14, 15), processor (39)
+        out[tid] = (int(f[11]) + int(f[12]), int(f[36]))  # utime+stime (fields 14, 15), processor (39)
     return out
 
 

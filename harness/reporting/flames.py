@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 from harness.analysis.profiles import parse_collapsed
+from harness.schemas import level_text
 from harness.schemas.profiles import ProfiledLevel
 
 WIDTH, ROW = 1200, 16
@@ -74,8 +75,6 @@ def _rect(x: float, level: int, w: float, frame: str, n: int, total: int) -> str
 
 def write_flames(runs: dict, run_dir: Path, out_dir: Path, open_loop: bool) -> list[list[str]]:
     """An SVG per side and profiled level into the report's folder; a row per file (side, level, file, samples)."""
-    from harness.schemas import level_text
-
     rows = []
     for label, run in runs.items():
         for level in run.profiled:
