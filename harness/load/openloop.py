@@ -171,11 +171,13 @@ async def drive_open(sender: Sender, phase: Phase, offsets: list[int], pool: Poo
         flow.reached(rec)
 
     def fire(i: int, due: int) -> None:
-        if flow.abort is None:
+        # a send the pacer's thread queued before the phase was stopped arrives after its requests were cancelled:
+        # started then, it would be sent after Ctrl-C, waited for by nobody, and leave a gap in what was recorded
+        if flow.abort is None and not flow.closed:
             spawn(one(i, due))  # overdue requests go out at once, in a burst: the schedule is never stretched
 
     async def scheduler() -> None:  # harness.load.pacer: each send on its absolute deadline, to the microsecond
-        await pace(offsets, clock(), fire, lambda: flow.abort is not None)
+        await pace(offsets, clock(), fire, lambda: flow.abort is not None or flow.closed)
 
     spawn(scheduler())
     await _until_done(flow, tasks, finished, failure, dead)
@@ -190,6 +192,7 @@ async def _until_done(flow: Flow, tasks: list[asyncio.Task], finished: asyncio.E
     try:
         await finished.wait()
     except asyncio.CancelledError:  # Ctrl-C / SIGTERM: the requests record what they had in flight
+        flow.closed = True
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -198,6 +201,7 @@ async def _until_done(flow: Flow, tasks: list[asyncio.Task], finished: asyncio.E
         watcher.cancel()
     if failure:  # e.g. results could not be written: stop the rest, then say why
         flow.abort = flow.abort or f"stopped: {failure[0]}"
+        flow.closed = True
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -93,6 +93,9 @@ class Flow:
         self.sent = self.recorded = 0
         self.records: list[RequestRecord] = []
         self.abort: str | None = None
+        # the phase is being stopped (Ctrl-C, a failed write): an open loop's pacer thread may still hand the loop
+        # a send it timed before the stop, which must not start a request nobody will wait for
+        self.closed = False
         self.connect_errors = 0
         self._unreachable_since: int | None = None
 
