@@ -1,8 +1,10 @@
 """Presentation only: one document written as Markdown and as a single self-contained HTML file from the same
 data, for every report (compare, capacity, sweep, `make report`'s summary).
 
-Order, the decision first: the headline bullets, the decision tables, the plots, then the details (CPU,
-observability, long metric and port lists), which Markdown puts last and HTML folds away (<details>). The HTML
+Order, the decision first: the headline bullets, the lead chart, the warnings folded under one line that counts
+them, the context bullets, the decision tables, the plots, then the details (CPU, observability, long metric and
+port lists), which Markdown puts last and HTML folds away (<details>). The title, the headline and the lead chart
+are the first screen (1280×900). The HTML
 carries its images inline (base64 PNG) and loads nothing from the network, so it can be shared as one file.
 Cells may use Markdown's **bold** and `code`: HTML renders them, never shows them; a verdict cell is coloured."""
 
@@ -15,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.reporting.caveats import Folded
 from harness.reporting.format import markdown_table
 
 Table = tuple[str, str, list[str], list[list[str]]]  # (title, caption, header, rows)
@@ -36,7 +39,8 @@ _STYLE = (
     ".bad{background:#fde2e1;color:#8a1c13}.good{background:#dff3e2;color:#155d27}.neutral{background:#f1f1f1}"
     "figure{display:inline-block;margin:6px;vertical-align:top;width:48%}figure img{width:100%}"
     "figcaption{color:#555;font-size:.9em}details{margin:.6em 0}summary{cursor:pointer;font-weight:600;"
-    "font-size:1.05em;margin:.4em 0}"
+    "font-size:1.05em;margin:.4em 0}figure.lead{display:block;width:560px;margin:.2em 0 .4em 1.2em}"
+    "details.warnings summary{font-weight:400;font-size:1em;color:#7a4b00}details.warnings ul{margin:.2em 0}"
 )
 
 
@@ -48,7 +52,8 @@ class Document:
     """One report's content, in reading order: the title, the headline bullets (without "- "), the decision tables,
     the plots (PNG file names in the output folder), then the details: tables for the specialist, and notes,
     bullets on how it was measured, which a reader needs less than the headline (both after the plots, folded away
-    in HTML)."""
+    in HTML). The first screen: chart, a PNG shown right after the bullets (not again among the plots); folded,
+    the warnings under their count; more, bullets of context after them."""
 
     title: str
     bullets: Sequence[str]
@@ -56,6 +61,9 @@ class Document:
     images: Sequence[str] = ()
     details: Sequence[Table] = ()
     notes: Sequence[str] = ()
+    chart: str | None = None
+    folded: Folded | None = None
+    more: Sequence[str] = ()
 
 
 def write_document(out_dir: Path, doc: Document, name: str = "report") -> Path:
@@ -65,6 +73,11 @@ def write_document(out_dir: Path, doc: Document, name: str = "report") -> Path:
     title, bullets, tables, images, details, notes = (doc.title, doc.bullets, doc.tables, doc.images, doc.details,
                                                       doc.notes)
     md = [f"# {title}", "", *[f"- {b}" for b in bullets], ""]
+    if doc.chart:
+        md += [f"![{doc.chart}]({doc.chart})", ""]
+    if doc.folded or doc.more:
+        md += ([f"- **{doc.folded.summary}**", *[f"  - {w}" for w in doc.folded.items]] if doc.folded else [])
+        md += [*[f"- {b}" for b in doc.more], ""]
     for t in tables:
         md += _md_table(t)
     if images:
@@ -86,6 +99,14 @@ def html_document(image_dir: Path, doc: Document) -> str:
          f"<meta name='viewport' content='width=device-width,initial-scale=1'><style>{_STYLE}</style></head><body>",
          f"<h1>{html.escape(title)}</h1>", "<ul class='headline'>", *[f"<li>{inline(b)}</li>" for b in bullets],
          "</ul>"]
+    if doc.chart:
+        h.append(f"<figure class='lead'><img alt='{html.escape(_alt(doc.chart))}' "
+                 f"src='{_data_uri(image_dir / doc.chart)}'></figure>")
+    if doc.folded:
+        h.append(f"<details class='warnings'><summary>⚠ {inline(doc.folded.summary)}</summary><ul>"
+                 + "".join(f"<li>{inline(w)}</li>" for w in doc.folded.items) + "</ul></details>")
+    if doc.more:
+        h += ["<ul class='headline'>", *[f"<li>{inline(b)}</li>" for b in doc.more], "</ul>"]
     for t in tables:
         h.append(_html_table(t))
     if images:

@@ -36,12 +36,18 @@ def step_line(s: CompareSummary) -> list[str]:
 
 
 def step_warnings(s: CompareSummary) -> list[str]:
+    return [text for _, text in step_items(s)]
+
+
+def step_items(s: CompareSummary) -> list[tuple[str, str]]:
+    """Each level whose emulated step this host stretched (or the pacing undershot), with its kind."""
     names = _names(s)
-    return [f"**emulated step {'stretched' if c.stretched else 'short'}** ({names[c.side]} at "
-            f"{level_text(c.level, s.open_loop)}): {fmt(c.measured_ms, '{:.1f}')} ms per step against "
-            f"{fmt(c.configured_ms, '{:.1f}')} ms configured ({c.off_pct:+.0f}%): "
-            + ("this host's own work per step did not fit, so this level measures the host, not the emulated GPU"
-               if c.stretched else "the pacing undershot the configured step")
+    return [(f"{'stretched' if c.stretched else 'short'} step",
+             f"**emulated step {'stretched' if c.stretched else 'short'}** ({names[c.side]} at "
+             f"{level_text(c.level, s.open_loop)}): {fmt(c.measured_ms, '{:.1f}')} ms per step against "
+             f"{fmt(c.configured_ms, '{:.1f}')} ms configured ({c.off_pct:+.0f}%): "
+             + ("this host's own work per step did not fit, so this level measures the host, not the emulated GPU"
+                if c.stretched else "the pacing undershot the configured step"))
             for c in step_checks(s) if c.kept is False]
 
 

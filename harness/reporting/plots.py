@@ -182,9 +182,13 @@ def _side(ax: Any, side: str, label: str, ser: Series, levels: list[float], open
             ax.vlines(xd, min(reps), max(reps), color=COLOR[side], lw=1, alpha=0.5, zorder=2)
 
 
+# the report's verdict colours (document.py's cells), strong enough to tell apart on a white plot
+VERDICT_COLOR = {"overhead": "#d9534f", "gain": "#3a9d5d", "equivalent": "#9e9e9e", "inconclusive": "#ffffff"}
+
+
 def _delta(cv: Canvas, s: CompareSummary, names: tuple[str, str]) -> None:
-    """The stack's throughput against the baseline's per level, with its 95% interval; the latest A/A compare's
-    interval around 0, where there is one, is this host's noise floor."""
+    """The stack's throughput against the baseline's per level, with its 95% interval, each level's point coloured
+    by its verdict; the latest A/A compare's interval around 0, where there is one, is this host's noise floor."""
     pts = [(lv.level, lv.delta_pct, lv.ci) for lv in s.levels if lv.delta_pct is not None]
     if not pts:
         return
@@ -195,8 +199,13 @@ def _delta(cv: Canvas, s: CompareSummary, names: tuple[str, str]) -> None:
         # clamped at 0: with no variance the interval is the point, and rounding may put it a hair off
         err = [[max(0.0, v - i.lo_pct) if i else 0.0 for v, i in zip(d, ci, strict=True)],
                [max(0.0, i.hi_pct - v) if i else 0.0 for v, i in zip(d, ci, strict=True)]]
-        ax.errorbar(x, d, yerr=err, fmt="-", marker=MARKER["stack"], color=COLOR["stack"], ms=4, capsize=4,
-                    label="delta, 95% interval")
+        ax.errorbar(x, d, yerr=err, fmt="-", color=COLOR["stack"], capsize=4, label="delta, 95% interval",
+                    zorder=2)
+        verdicts = {lv.level: lv.verdict for lv in s.levels}
+        for verdict in dict.fromkeys(verdicts[v] for v in x):  # a point per level, its colour its verdict
+            at = [(v, y) for v, y in zip(x, d, strict=True) if verdicts[v] == verdict]
+            ax.scatter(*zip(*at, strict=True), s=42, marker=MARKER["stack"], color=VERDICT_COLOR.get(verdict, "0.6"),
+                       edgecolors="black", linewidths=0.6, label=verdict, zorder=3)
         ax.axhline(0, color="black", lw=0.8)
         level_axis(ax, levels, s.open_loop)
         ax.set(title=f"Throughput of {names[1]}\nagainst {names[0]}",

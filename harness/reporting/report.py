@@ -14,9 +14,10 @@ from harness.analysis.latency_split import hidden, lagging, split
 from harness.analysis.prefix_cache import hit_rates, reused
 from harness.load.prompts import NO_TOKENIZER
 from harness.load.topology import cores_sentence
+from harness.reporting.caveats import Caveat, fold
 from harness.reporting.diagnosis import diagnosis_lines, diagnosis_tables
 from harness.reporting.document import Document, Table, write_document
-from harness.reporting.emulation_report import step_line, step_table, step_warnings
+from harness.reporting.emulation_report import step_items, step_line, step_table
 from harness.reporting.format import fmt, major_processes, markdown_table, scrape_policy_text, share_pct
 from harness.reporting.headline import by_level, headline_level, verdict_sentence
 from harness.reporting.plots import plots, side_names
@@ -28,10 +29,11 @@ from harness.reporting.report_tables import (
     detail_tables,
     slo_text,
 )
-from harness.reporting.run_report import health_warnings
+from harness.reporting.run_report import health_items
 from harness.schemas import AuditResult, CompareSummary, level_text
 
 REPORTS_DIR = Path("reports")
+LEAD_CHART = "delta.png"  # the throughput delta per level with its interval, coloured by verdict (plots.py)
 
 
 def audit_markdown(a: AuditResult, heading: str | None = None) -> list[str]:
@@ -68,11 +70,17 @@ def _published(s: CompareSummary) -> list[str]:
 
 
 def decision(s: CompareSummary) -> list[str]:
-    """The headline an adopter reads first: the delta at the highest level with its interval, goodput and TTFT,
-    each side's capacity at the SLO, and what the layer added outside the engine."""
+    """The headline an adopter reads first (lead), then what was served and where the time went (context): the
+    terminal prints both; the report puts the lead chart and the folded warnings between them."""
+    return [*lead(s), *context_bullets(s)]
+
+
+def lead(s: CompareSummary) -> list[str]:
+    """The first screen's words: the delta at the headline level with its interval, goodput and TTFT, the verdict
+    by level, the diagnosis, and each side's capacity at the SLO."""
     top = headline_level(s)
     b, st = side_names(s)
-    lines = [*model_line(s), *target_line(s), *step_line(s)]
+    lines = []
     if top is not None:
         lines.append(f"**{s.stack}{f' ({s.shape})' if s.shape else ''} at {top.level_text} against bare vLLM "
                      f"{s.versions.get('baseline', '?')}: {verdict_sentence(s, top)}** ({b} → {st}: "
@@ -89,7 +97,13 @@ def decision(s: CompareSummary) -> list[str]:
         lines.append(f"capacity at {slo_text(s)} among the measured levels: "
                      + "; ".join(f"{name} {capacity_text(caps[label], s.runs[label].status)}" for label, name in
                                  (("stack", st), ("baseline", b)) if label in caps))
-    lines += _where_it_went(s)
+    return lines
+
+
+def context_bullets(s: CompareSummary) -> list[str]:
+    """What both sides served and where, the emulated step, what the layer added outside the engine, and how long
+    the deployments took to start."""
+    lines = [*model_line(s), *target_line(s), *step_line(s), *_where_it_went(s)]
     if (starts := starts_line(s)) is not None:
         lines.append(starts)
     return lines
@@ -191,32 +205,41 @@ def _where_it_went(s: CompareSummary) -> list[str]:
 def warnings(s: CompareSummary) -> list[str]:
     """What could make the figures wrong or incomplete: failures, stopped levels, scrape gaps, exposed ports,
     a client that could not keep up."""
-    lines = []
+    return [c.text for c in caveats(s)]
+
+
+def caveats(s: CompareSummary) -> list[Caveat]:
+    """warnings(s) with each line's kind, and whether it voids the verdicts (the first screen shows those in full
+    and folds the rest)."""
+    out = []
     if not s.version_match:
-        lines.append(f"**engine versions differ**: {s.versions}")
+        out.append(Caveat("versions differ", f"**engine versions differ**: {s.versions}", voids=True))
     if not s.settings_match:
-        lines.append("**engine settings differ**: " + "; ".join(s.settings_mismatches))
+        out.append(Caveat("settings differ", "**engine settings differ**: " + "; ".join(s.settings_mismatches),
+                          voids=True))
     for label, why in s.failures.items():
-        lines.append(f"**{label} failed**: {why.splitlines()[0]} (what was measured before is kept)")
-    lines += [f"**level stopped early** at {lv.level_text}: {x} (left out of the figures)"
-              for lv in s.levels for x in lv.incomplete]
+        out.append(Caveat("failed", f"**{label} failed**: {why.splitlines()[0]} (what was measured before is kept)",
+                          voids=True))
+    out += [Caveat("level stopped early", f"**level stopped early** at {lv.level_text}: {x} (left out of the figures)")
+            for lv in s.levels for x in lv.incomplete]
     if s.instability is not None and s.instability.unstable:
-        lines.append(f"**{s.stack} is unstable**: {s.instability.text()}: its mean at a level says less than the "
-                     "baseline's")
+        out.append(Caveat("unstable", f"**{s.stack} is unstable**: {s.instability.text()}: its mean at a level says "
+                          "less than the baseline's"))
     if s.left_out:
-        lines.append("**levels left out** (this host could not emulate them): " + "; ".join(
-            f"{level_text(c, s.open_loop)}: {why}" for c, why in sorted(s.left_out.items())))
+        out.append(Caveat("left out", "**levels left out** (this host could not emulate them): " + "; ".join(
+            f"{level_text(c, s.open_loop)}: {why}" for c, why in sorted(s.left_out.items()))))
     for label, run in s.runs.items():
         if run.scrape_gaps:
-            lines.append(f"metric scrape gaps ({label}): {run.scrape_gaps} of {run.scrapes} scrapes failed"
-                         + "".join(f", {k} {v}" for k, v in run.scrape_gap_reasons.items())
-                         + (" (404: an endpoint without /metrics, see the audit's endpoint table)"
-                            if "http 404" in run.scrape_gap_reasons else ""))
+            out.append(Caveat("scrape gap", f"metric scrape gaps ({label}): {run.scrape_gaps} of {run.scrapes} "
+                              "scrapes failed" + "".join(f", {k} {v}" for k, v in run.scrape_gap_reasons.items())
+                              + (" (404: an endpoint without /metrics, see the audit's endpoint table)"
+                                 if "http 404" in run.scrape_gap_reasons else "")))
         if run.exposed_ports:
-            lines.append(f"**{label} listens beyond loopback**: {', '.join(run.exposed_ports)}")
-        lines += [f"**warning**: {w}" for w in health_warnings(run, f" during {label}")]
-        lines += reuse_warning(label, run, s.open_loop)
-    return lines + step_warnings(s)
+            out.append(Caveat("socket beyond loopback",
+                              f"**{label} listens beyond loopback**: {', '.join(run.exposed_ports)}"))
+        out += [Caveat(kind, f"**warning**: {w}") for kind, w in health_items(run, f" during {label}")]
+        out += [Caveat("prefix reused", w) for w in reuse_warning(label, run, s.open_loop)]
+    return out + [Caveat(kind, text) for kind, text in step_items(s)]
 
 
 def reuse_warning(label: str, run, open_loop: bool) -> list[str]:
@@ -264,9 +287,12 @@ def write_report(s: CompareSummary, out_dir: Path, bullets: list[str] | None = N
     out_dir.mkdir(parents=True, exist_ok=True)
     images = plots(s, out_dir, ttfts)
     title = f"layerbench: {s.stack}{f' ({s.shape})' if s.shape else ''} vs {s.baseline_stack} — {s.run_id}"
-    headline = [*decision(s), *list(bullets or []), *warnings(s)]
-    path = write_document(out_dir, Document(title, headline, [*decision_tables(s), *diagnosis_tables(s),
-                                                              *step_table(s), *(extra or [])],
-                                            images, [*detail_tables(s), *(details or [])], notes=context(s)))
+    chart = LEAD_CHART if LEAD_CHART in images else None
+    shown, folded = fold(caveats(s))
+    path = write_document(out_dir, Document(title, [*lead(s), *shown], [*decision_tables(s), *diagnosis_tables(s),
+                                                                        *step_table(s), *(extra or [])],
+                                            [i for i in images if i != chart], [*detail_tables(s), *(details or [])],
+                                            notes=context(s), chart=chart, folded=folded,
+                                            more=[*context_bullets(s), *list(bullets or [])]))
     (out_dir / "summary.json").write_text(json.dumps(s.model_dump(exclude={"runs"}), indent=2, default=str))
     return path

@@ -97,23 +97,29 @@ def summary_markdown(summary: RunSummary, meta: dict) -> str:
 
 def health_warnings(summary: RunSummary, who: str = "") -> list[str]:
     """One line per kind of trouble, saying what it means for the numbers."""
+    return [text for _, text in health_items(summary, who)]
+
+
+def health_items(summary: RunSummary, who: str = "") -> list[tuple[str, str]]:
+    """health_warnings with each line's kind, as a report's folded warnings count them."""
     out = []
     ol = summary.open_loop
     if summary.off_schedule_levels:
-        out.append(f"the load client could not keep to the arrival schedule{who} at "
-                   f"{levels_text(summary.off_schedule_levels, True)}: those levels were offered less (or burstier) "
-                   "load than their rate says; the level's note gives the achieved rate and the client's lateness.")
+        out.append(("late schedule", f"the load client could not keep to the arrival schedule{who} at "
+                    f"{levels_text(summary.off_schedule_levels, True)}: those levels were offered less (or burstier) "
+                    "load than their rate says; the level's note gives the achieved rate and the client's lateness."))
     if summary.client_saturated_levels:
-        out.append(f"the load client was saturated{who} at {levels_text(summary.client_saturated_levels, ol)}: "
-                   "those levels measure the client as much as the server.")
+        out.append(("saturated client", f"the load client was saturated{who} at "
+                    f"{levels_text(summary.client_saturated_levels, ol)}: those levels measure the client as much as "
+                    "the server."))
     if summary.client_starved_levels:
-        out.append(f"the load client was starved of CPU by the deployment{who} at "
-                   f"{levels_text(summary.client_starved_levels, ol)} (high event-loop lag at low client CPU): "
-                   "timestamps there are late by up to the loop lag shown in the level's note.")
+        out.append(("starved client", f"the load client was starved of CPU by the deployment{who} at "
+                    f"{levels_text(summary.client_starved_levels, ol)} (high event-loop lag at low client CPU): "
+                    "timestamps there are late by up to the loop lag shown in the level's note."))
     if summary.not_steady_levels:
-        out.append(f"not steady{who} at {levels_text(summary.not_steady_levels, ol)}: the two halves of the window "
-                   "differ by more than their noise (see the level's note); the level's mean hides a change of "
-                   "state.")
+        out.append(("not steady", f"not steady{who} at {levels_text(summary.not_steady_levels, ol)}: the two halves "
+                    "of the window differ by more than their noise (see the level's note); the level's mean hides a "
+                    "change of state."))
     return out
 
 

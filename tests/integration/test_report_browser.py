@@ -23,7 +23,15 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.slow
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "reports" / "examples").glob("*/summary.json"))
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "reports" / "examples").glob("*-compare-*/summary.json"))
+
+# where the decision (the headline's first line) and the lead chart end, against the window's height
+FIRST_SCREEN = """
+const li = document.querySelector('ul.headline li'), img = document.querySelector('figure.lead img');
+return {decision: li.textContent, decisionBottom: li.getBoundingClientRect().bottom,
+        chart: img && img.alt, chartBottom: img ? img.getBoundingClientRect().bottom : null,
+        height: window.innerHeight};
+"""
 
 # everything about the loaded page in one round trip
 PAGE_STATE = """
@@ -85,12 +93,17 @@ def test_compare_report_in_chromium(browser: WebDriver, tmp_path: Path):
     from harness.schemas import CompareSummary
 
     assert EXAMPLES, "no reports/examples/*/summary.json: the browser test has no real report to open"
-    summary = EXAMPLES[0]
+    summary = EXAMPLES[-1]  # the newest: the most a first screen has had to hold
     write_report(CompareSummary.model_validate_json(summary.read_text()), tmp_path)
     plots = list(tmp_path.glob("*.png"))
     assert plots, "the compare report drew no plots: nothing for the image checks to check"
     check_page(browser, tmp_path / "report.html", images=len(plots))
     assert browser.title.startswith("layerbench: ")
+    # the first screen answers: the decision sentence and the delta chart end above the fold of a 1280x900 window
+    fold = browser.execute_script(FIRST_SCREEN)
+    assert " against bare vLLM " in fold["decision"], fold["decision"]
+    assert fold["chart"] is not None, "no lead chart on the page"
+    assert fold["decisionBottom"] <= fold["height"] and fold["chartBottom"] <= fold["height"], fold
 
 
 def test_sample_document_in_chromium(browser: WebDriver, tmp_path: Path):

@@ -184,7 +184,7 @@ def test_a_compare_fails_when_the_baseline_keeps_its_gpu_memory(nvml, tmp_path, 
 
 
 def test_a_gpu_host_report_shows_the_model_the_gpu_table_and_no_cpu_host_reading():
-    from harness.reporting.report import decision
+    from harness.reporting.report import context_bullets
     from harness.reporting.report_tables import CPU_HOST_NOTE, detail_tables
     from harness.schemas import ServedModel
     from tests.reporting.test_report_decision import compare, pair
@@ -201,7 +201,7 @@ def test_a_gpu_host_report_shows_the_model_the_gpu_table_and_no_cpu_host_reading
                         served_name="qwen2.5-1.5b-instruct")
     s = s.model_copy(update={"model": model, "devices": [0], "gpu_host": {
         "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3"}], "count": 1}})
-    head = decision(s)
+    head = context_bullets(s)
     assert head[0].startswith("served: **Qwen/Qwen2.5-1.5B-Instruct @ 989aa7980e4c, config a1b2c3d4e5f6**")
     assert "on GPU 0 (NVIDIA H100 80GB HBM3), tensor_parallel_size 1" in head[0]
     tables = {t[0]: t for t in detail_tables(s)}

@@ -163,7 +163,7 @@ def test_a_snapshot_without_its_tokenizer_fails_preflight_with_the_download_to_r
 
 
 def test_the_report_says_what_counted_and_flags_four_characters_a_token():
-    from harness.reporting.report import decision
+    from harness.reporting.report import context_bullets, decision
     from harness.schemas import AppliedConfig, CompareSummary, RunSummary
     from harness.targets.remote_compare import cluster_model
 
@@ -177,7 +177,7 @@ def test_the_report_says_what_counted_and_flags_four_characters_a_token():
                               model=cluster_model(REPO, COMMIT))
 
     served = f"/hf-cache/hub/models--Qwen--Qwen2.5-0.5B-Instruct/snapshots/{COMMIT}/tokenizer.json (the served model's)"
-    lines = decision(summary(served, served))
+    lines = context_bullets(summary(served, served))  # after the lead and the chart, what was served first
     assert lines[0].startswith("served: **") and lines[1] == f"prompt lengths counted with {served}"
     assert f"**prompt lengths counted with {NO_TOKENIZER}**" in decision(summary(NO_TOKENIZER, NO_TOKENIZER))
     assert not any("prompt lengths" in line for line in decision(summary(None, None)))  # recorded before this
