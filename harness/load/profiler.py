@@ -22,6 +22,7 @@ from pathlib import Path
 
 import psutil
 
+from harness.load import perf
 from harness.load.topology import thread_files
 
 RATE_HZ = 100
@@ -114,20 +115,36 @@ class Profiler:
         self.t0, self.last_rate = 0, rate
         self.done: list[Sampled] = []
         self.own_cpu_s = 0.0
+        self.native: dict[int, str] = {}
+        self.sampler: perf.SystemSampler | None = None
+        self.skipped: list[Sampled] = []
 
     def describe(self) -> str:
+        native = (f"native processes: perf, cpu-clock at {perf.RATE_HZ} Hz a CPU" if perf.refused() is None else
+                  f"native processes not sampled: {perf.refused()}")
         return (f"{version(self.binary)}, on-CPU samples, nonblocking, at most {self.rate} Hz a process and "
-                f"{SAMPLES_PER_S} samples/s a window")
+                f"{SAMPLES_PER_S} samples/s a window; {native}")
 
     def rate_for(self, n: int) -> int:
         return max(MIN_RATE_HZ, min(self.rate, SAMPLES_PER_S // max(n, 1)))
 
     def start(self, procs: dict[int, str], name: str) -> None:
-        """One py-spy per process; `name` tells this window's files apart (`c4-stack`)."""
+        """One py-spy per Python process and one system-wide perf for the native ones (harness.load.perf);
+        `name` tells this window's files apart (`c4-stack`)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         self.sched, self.t0 = {pid: schedstat(pid) for pid in procs}, time.monotonic_ns()
-        rate = self.last_rate = self.rate_for(len(procs))
-        for pid, label in sorted(procs.items()):
+        native = {pid: label for pid, label in procs.items() if not perf.is_python(pid)}
+        self.native = native
+        if native and (why := perf.refused()) is None:
+            self.sampler = perf.SystemSampler(perf.perf_binary() or "perf", self.folder, name)
+            self.sampler.start()
+        else:
+            self.sampler = None
+            self.skipped = [Sampled(pid, label, None, why_not=f"a native process: {why}")
+                            for pid, label in native.items()] if native else []
+        python = {pid: label for pid, label in procs.items() if pid not in native}
+        rate = self.last_rate = self.rate_for(len(python))
+        for pid, label in sorted(python.items()):
             out = self.folder / f"{name}-{pid}.collapsed"
             log = self.folder / f"{name}-{pid}.log"
             with open(log, "wb") as err:
@@ -162,9 +179,22 @@ class Profiler:
                 s.path = None
             log.unlink(missing_ok=True)
             out.append(s)
+        out += self._native(span)
         self.running = []
         self.done += out
         return out
+
+    def _native(self, span: int) -> list[Sampled]:
+        """The native processes' samples from the window's perf, or why they have none."""
+        if self.sampler is None:
+            out, self.skipped = self.skipped, []
+            return out
+        files, own = self.sampler.stop(self.native)
+        self.own_cpu_s += own
+        self.sampler = None
+        return [Sampled(pid, label, f if isinstance(f, Path) else None, why_not=None if isinstance(f, Path) else f,
+                        runnable=busiest(self.sched.get(pid, {}), schedstat(pid), span))
+                for pid, label in self.native.items() for f in (files[pid],)]
 
 
 def _why(log: list[str], rc: int | None) -> str:
