@@ -208,8 +208,8 @@ class TritonStack(LocalServerStack):
         decoupled = ("for a decoupled model Triton's request duration covers only execute(), which hands the "
                      "request to the engine and returns: not the time the stream takes")
         return (LayerMetric(key="queue µs/request", family="nv_inference_queue_duration_us", how="per",
-                            per="nv_inference_request_success", note="time a request waited in Triton's scheduler "
-                            "before the model's execute()"),
+                            per="nv_inference_request_success", queue_ms=1e-3, note="time a request waited in "
+                            "Triton's scheduler before the model's execute()"),
                 LayerMetric(key="pending peak", family="nv_inference_pending_request_count", how="peak",
                             note="requests in Triton not yet handed to the model, the highest value scraped during "
                             "the window (needs `scrape: interval`; the default reads metrics only at the window's "

@@ -10,6 +10,10 @@ every 50 ms, capping the requests it forwards; an A/A fires none).
   those reads (the batching interval) and the TTFT excess named;
 - holds requests back: the engine behind the layer ran fewer requests at once (vllm:num_requests_running, its
   peak in the window) than the client had in flight and than the bare engine ran at that level;
+- queueing in the layer: the time the layer adds outside the engine (client TTFT less the engine's own, beyond
+  the bare API server's) grows with the level, to >= 20 ms and >= 2x its value at the lowest level, and is
+  largest at the highest one; or a queue's wait per request the stack declares (Triton's scheduler queue, Ray's
+  router) grows the same way from >= 5 ms. Named at the highest level, with the series;
 - CPU taken from the engine (a host without GPUs, where both share the cores): the engine's processes got >= 10%
   less CPU behind the layer than bare while the layer's own processes used >= 0.25 core and the host's cores
   were all in use (engine, layer and load client together >= 90% of them): an engine that merely had less to
@@ -17,6 +21,7 @@ every 50 ms, capping the requests it forwards; an A/A fires none).
 
 from __future__ import annotations
 
+from harness.analysis.latency_split import split
 from harness.analysis.profiles import differential
 from harness.schemas import CompareSummary, LevelDelta, LevelSummary, RunSummary, level_text
 from harness.schemas.profiles import Diagnosis, Finding, ProcessProfile, ProfiledLevel
@@ -24,8 +29,9 @@ from harness.schemas.profiles import Diagnosis, Finding, ProcessProfile, Profile
 SATURATED = "saturated process"
 BATCHED = "batched streaming"
 HOLDS_BACK = "holds requests back"
+QUEUEING = "queueing in the layer"
 CPU_TAKEN = "CPU taken from the engine"
-RULES = (SATURATED, BATCHED, HOLDS_BACK, CPU_TAKEN)
+RULES = (SATURATED, BATCHED, HOLDS_BACK, QUEUEING, CPU_TAKEN)
 SATURATED_CORES = 0.9
 TOKENS_PER_EVENT = 1.5  # the layer's, where the bare engine's is at most BARE_TOKENS_PER_EVENT
 BARE_TOKENS_PER_EVENT = 1.2
@@ -33,10 +39,15 @@ HELD_SHARE = 0.8  # the engine behind the layer ran at most this share of what t
 CPU_TAKEN_SHARE = 0.9
 LAYER_CORES = 0.25
 HOST_BUSY = 0.9
+QUEUE_MIN_MS = 20.0  # the added time at the highest level, at least; a declared queue metric's: QUEUE_METRIC_MS
+QUEUE_METRIC_MS = 5.0
+QUEUE_GROWTH = 2.0  # the highest level's against the lowest level's (floored at a quarter of the minimum)
 
 
-def diagnose(s: CompareSummary, hints: dict[str, str] | None = None) -> Diagnosis:
-    """Every rule at every judged level; `hints`: the stack's option to try per rule (Stack.tuning())."""
+def diagnose(s: CompareSummary, hints: dict[str, str] | None = None,
+             queues: dict[str, tuple[str, float]] | None = None) -> Diagnosis:
+    """Every rule at every judged level; `hints`: the stack's option to try per rule (Stack.tuning()); `queues`:
+    the stack's declared queue waits per request (LayerMetric.queue_ms: its key -> what it is, the factor to ms)."""
     hints = hints or {}
     base, stack = s.runs.get("baseline"), s.runs.get("stack")
     d = Diagnosis(checked=list(RULES))
@@ -69,7 +80,35 @@ def diagnose(s: CompareSummary, hints: dict[str, str] | None = None) -> Diagnosi
                 d.findings.append(f)
         if c in prof_s:
             d.differential[where] = differential(prof_s[c], prof_b.get(c))
+    if (q := _queueing(s, queues or {}, open_loop)) is not None:
+        q.suggest = f"make sweep STACK={s.stack} OPT={hints[QUEUEING]}" if QUEUEING in hints else None
+        d.findings.append(q)
     return d
+
+
+def _queueing(s: CompareSummary, queues: dict[str, tuple[str, float]], open_loop: bool) -> Finding | None:
+    """The layer's added time outside the engine, or a declared queue's wait (queues: LevelSummary.server.layer key
+    -> what it is and the factor to ms), growing with the level: the first series that does."""
+    judged = {lv.level for lv in s.levels if lv.judged}
+    added = [(r.level, r.layer_ttft_ms) for r in split(s.runs) if r.level in judged and r.layer_ttft_ms is not None]
+    series = [("the time the layer adds to TTFT outside the engine", added, QUEUE_MIN_MS)]
+    stack = s.runs["stack"]
+    for key, (what, to_ms) in queues.items():
+        per = {lv.stats.level: to_ms * lv.server.layer[key] for lv in stack.levels
+               if lv.stats.level in judged and key in lv.server.layer}
+        series.append((what, sorted(per.items()), QUEUE_METRIC_MS))
+    for what, pts, floor in series:
+        if len(pts) < 2:
+            continue
+        (c0, v0), (c1, v1) = pts[0], pts[-1]
+        if v1 < floor or v1 < QUEUE_GROWTH * max(v0, floor / 4) or v1 < max(v for _, v in pts):
+            continue
+        path = ", ".join(f"{v:.0f} ms at {level_text(c, open_loop)}" for c, v in pts)
+        return Finding(rule=QUEUEING, level=c1, figure=v1,
+                       text=f"requests queue in the layer: {what} grows with the load, from {v0:.0f} ms at "
+                            f"{level_text(c0, open_loop)} to {v1:.0f} ms at {level_text(c1, open_loop)}",
+                       evidence=[f"{what}: {path}"])
+    return None
 
 
 def _title(label: str) -> str:

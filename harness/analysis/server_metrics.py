@@ -12,11 +12,12 @@ from harness.analysis.vllm_metrics import COUNTERS, GAUGES, HISTOGRAMS, STEP_TOK
 from harness.schemas import LayerMetric, ServerLevelMetrics
 
 
-def _sum_family(samples: dict[str, float], family: str, renames: tuple[str, ...]) -> float | None:
-    """Sum one family over its label sets (engines, replicas), by its own name or the stack's renaming."""
+def _sum_family(samples: dict[str, float], family: str, renames: tuple[str, ...], match: str = "") -> float | None:
+    """Sum one family over its label sets (engines, replicas), by its own name or the stack's renaming; match:
+    only the label sets that contain it."""
     for alias in aliases(family, renames):
         prefix = alias + "{"
-        vals = [v for k, v in samples.items() if k.startswith(prefix)]
+        vals = [v for k, v in samples.items() if k.startswith(prefix) and match in k]
         if vals:
             return sum(vals)
     return None
@@ -68,7 +69,9 @@ def summarise(scrapes: Iterable[dict], renames: tuple[str, ...] = (),
     firsts: dict[str, float] = {}
     lasts: dict[str, float] = {}
     peaks: dict[str, float] = {}
-    counters = {**COUNTERS, **{f"layer:{f}": f for m in layer for f in (m.family, m.per) if f and m.how != "peak"}}
+    # a layer's counters keyed by family and match: two figures may read one family in different label sets
+    layer_counters = {f"layer:{f}|{m.match}": (f, m.match) for m in layer for f in (m.family, m.per)
+                      if f and m.how != "peak"}
     for s in scrapes:
         out.scrapes += 1
         if not s["ok"]:
@@ -81,24 +84,28 @@ def summarise(scrapes: Iterable[dict], renames: tuple[str, ...] = (),
             if v is not None:
                 cur = getattr(out, f"{key}_max")
                 setattr(out, f"{key}_max", v if cur is None else max(cur, v))
-        for key, fam in counters.items():
-            v = _sum_family(samples, fam, renames)
-            if v is not None:
+        for key, fam in COUNTERS.items():
+            if (v := _sum_family(samples, fam, renames)) is not None:
+                firsts.setdefault(key, v)
+                lasts[key] = v
+        for key, (fam, match) in layer_counters.items():
+            if (v := _sum_family(samples, fam, (), match)) is not None:
                 firsts.setdefault(key, v)
                 lasts[key] = v
         for m in layer:  # a peak of the level is read during it: a window's edge scrape sees it idle
-            if m.how == "peak" and s.get("phase") is None and (v := _sum_family(samples, m.family, ())) is not None:
+            if m.how == "peak" and s.get("phase") is None and \
+                    (v := _sum_family(samples, m.family, (), m.match)) is not None:
                 peaks[m.key] = max(peaks.get(m.key, v), v)
     delta = {key: lasts[key] - firsts[key] for key in lasts}
     for key in COUNTERS:
         if key in delta:
             setattr(out, key, delta[key])
     for m in layer:
-        d = delta.get(f"layer:{m.family}")
+        d = delta.get(f"layer:{m.family}|{m.match}")
         if m.how == "peak" and m.key in peaks:
             out.layer[m.key] = peaks[m.key]
         elif m.how == "delta" and d is not None:
             out.layer[m.key] = d
-        elif m.how == "per" and d is not None and (n := delta.get(f"layer:{m.per}")):
+        elif m.how == "per" and d is not None and (n := delta.get(f"layer:{m.per}|{m.match}")):
             out.layer[m.key] = d / n
     return out

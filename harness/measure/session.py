@@ -76,7 +76,8 @@ def make_ready(stack: Stack, run: Run, side: Side) -> Ready:
     summary = RunSummary(run_id=writer.run_id, label=label, stack=stack.kind,
                          engine_version=stack.engine_version(), applied=stack.verify_config(),
                          profile=profile.name, exposed_ports=open_ports,
-                         layer_notes={m.key: m.note for m in stack.layer_metrics()})
+                         layer_notes={m.key: m.note for m in stack.layer_metrics()},
+                         layer_spans={m.key: m.span_ms for m in stack.layer_metrics() if m.span_ms})
     n_repeats = run.n_repeats()
     skip: frozenset[tuple[int, float]] = frozenset()
     if prior is not None:

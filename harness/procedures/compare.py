@@ -140,7 +140,8 @@ def run_compare(stack: Stack, run: Run, allow_mismatch: bool, pairs_plan: Plan |
     keep(measured)
     live.update(measured.live)
     judge_at(stop.last if stop is not None else None)
-    summary.diagnosis = diagnose(summary, stack.tuning())
+    summary.diagnosis = diagnose(summary, stack.tuning(), {m.key: (f"{stack.server_name}'s {m.key}", m.queue_ms)
+                                                           for m in stack.layer_metrics() if m.queue_ms})
     if stop is not None and stop.state.looks:
         summary.pairs = stop.state.looks[-1]
         summary.order = pair_order(summary.pairs)

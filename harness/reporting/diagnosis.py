@@ -3,6 +3,7 @@ layer's processes spend CPU in per request beyond the bare engine's, and what th
 
 from __future__ import annotations
 
+from harness.analysis.latency_split import mean_of, split
 from harness.reporting.document import Table
 from harness.schemas import CompareSummary, level_text
 
@@ -39,6 +40,8 @@ def diagnosis_tables(s: CompareSummary) -> list[Table]:
                     "against the E2E the layer added over the bare engine (p50 against p50); the rest is "
                     "unattributed: the layer's time it does not count, or the network between.",
                     ["level", "header", "p50", "p95", "E2E added (p50)", "unattributed"], own))
+    if spans := _spans(s, open_loop):
+        out.append(spans)
     prof = [[label, level_text(p.level, open_loop), f"{p.window_s:.1f}", f"{p.tok_s:,.0f}",
              f"{p.judged_tok_s:,.0f}" if p.judged_tok_s else "–",
              f"{p.profiler_cost_pct:+.1f}%" if p.profiler_cost_pct is not None else "–",
@@ -70,3 +73,36 @@ def _layer_account(s: CompareSummary, open_loop: bool) -> list[list[str]]:
                          f"{d.p95:.1f}" if d.p95 is not None else "–", f"{added:+.1f}" if added is not None else "–",
                          rest])
     return rows
+
+
+def _spans(s: CompareSummary, open_loop: bool) -> Table | None:
+    """Where the time outside the engine went, by the layer's own nested spans (Stack.layer_metrics' span_ms):
+    per level, the client's mean E2E, each span's mean, the engine's mean E2E, and each hop between them (the
+    client's time before the outermost span, each span's time outside the next, the innermost's outside the
+    engine). A span the layer did not report that level leaves its hops unattributed."""
+    stack = s.runs.get("stack")
+    if stack is None or not stack.layer_spans:
+        return None
+    names = list(stack.layer_spans)
+    rows = []
+    for r in split({"stack": stack}):
+        at = [lv for lv in stack.levels if lv.stats.level == r.level and lv.incomplete is None]
+        means = [mean_of([stack.layer_spans[k] * lv.server.layer[k] for lv in at if k in lv.server.layer])
+                 for k in names]
+        if r.stack is None or all(m is None for m in means):
+            continue
+        chain = [r.stack.client_e2e_ms, *means, r.stack.engine_e2e_ms]
+        hops = [f"{a - b:+.1f}" if a is not None and b is not None else "unattributed"
+                for a, b in zip(chain, chain[1:], strict=False)]
+        rows.append([level_text(r.level, open_loop), *[f"{v:.1f}" if v is not None else "—" for v in chain], *hops])
+    if not rows:
+        return None
+    header = ["level", "client E2E", *names, "engine E2E", f"before {names[0]}",
+              *[f"{a} outside {b}" for a, b in zip(names, names[1:], strict=False)],
+              f"{names[-1]} outside the engine"]
+    return (f"Where the time outside the engine went, by {s.stack}'s own spans (ms per request, means)",
+            "The layer times parts of each request itself, each part holding the next and the engine's E2E "
+            "(as the stack declares them): the difference between one and the next is the time that hop took "
+            "outside the next (its own work, its queue, the call between). Means over the level's windows; the "
+            "layer's figures are exported on its own schedule, so a window's may cover slightly other requests.",
+            header, rows)

@@ -171,6 +171,13 @@ class LayerMetric(BaseModel):
     how: Literal["peak", "delta", "per"] = "delta"
     per: str | None = None  # with how="per": the counter that counts what the delta is divided by
     note: str = ""  # what a reader must know about it
+    match: str = ""  # only the family's series whose labels contain this (Ray's deployment="LLMServer:...")
+    # a wait per request in a queue of the layer: the factor from the figure to ms (Triton's µs: 0.001); the
+    # diagnosis's queueing rule reads those that grow with the level
+    queue_ms: float | None = None
+    # a span of each request, timed by the layer, that holds every span declared after it and the engine's own
+    # E2E: the factor from the figure to ms; the report splits the time outside the engine between the spans
+    span_ms: float | None = None
 
 
 class GpuWindow(BaseModel):
@@ -272,6 +279,8 @@ class RunSummary(BaseModel):
     engine_binding: list[str] = []  # the engine's thread binding, from its startup log
     sampler_cpu_pct: float | None = None  # the core sampler's own CPU, % of one core
     layer_notes: dict[str, str] = {}  # the stack's own per-level figures (LevelSummary.server.layer): what each is
+    # the layer's nested spans of a request among them, outermost first: key -> the factor to ms (LayerMetric.span_ms)
+    layer_spans: dict[str, float] = {}
     gpu_telemetry: str | None = None  # how the GPU figures were read (None: a host without GPUs)
     devices: list[int] = []  # the GPUs the deployment was given; [] on a host without GPUs
     tokenizer: str | None = None  # what counted prompt lengths: "<tokenizer.json> (whose)", or 4 characters a token

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis.diagnose import BATCHED, HOLDS_BACK, SATURATED
+from harness.analysis.diagnose import BATCHED, HOLDS_BACK, QUEUEING, SATURATED
 from harness.cli.main import main
 from harness.results import read_jsonl
 from harness.schemas import CompareSummary
@@ -65,12 +65,15 @@ def test_a_proxy_burning_cpu_per_chunk_is_saturated_and_its_function_named(tmp_p
 
 @pytest.mark.alone  # a 50 ms timer: a loaded host fires it late
 def test_a_proxy_batching_every_50_ms_and_capping_requests_is_both_found(tmp_path, write_profile):
+    # two at a time through the proxy: alone at c=1, and at c=4 two requests wait for a slot, about one 64-token
+    # answer (320 ms at 5 ms a token) each, in the proxy: the time it adds outside the engine grows with the level
     rc, s, _, _ = compare(tmp_path, write_profile, "sim-proxy", "batch_interval_ms=50", "max_ongoing=2",
-                          levels=(4,), output_tokens=64)
+                          levels=(1, 4), output_tokens=64)
     assert rc == 0, s.failures
-    batched, held = findings(s, BATCHED), findings(s, HOLDS_BACK)
-    assert list(batched) == [4] and batched[4] == pytest.approx(50, rel=0.1), s.diagnosis
+    batched, held, queued = findings(s, BATCHED), findings(s, HOLDS_BACK), findings(s, QUEUEING)
+    assert list(batched) == [1, 4] and all(v == pytest.approx(50, rel=0.1) for v in batched.values()), s.diagnosis
     assert held == {4: 2}, s.diagnosis
+    assert list(queued) == [4] and queued[4] > 100, s.diagnosis
     assert not findings(s, SATURATED)
 
 
