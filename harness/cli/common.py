@@ -130,8 +130,18 @@ def prepare(args: argparse.Namespace, command: str, profile: LoadProfile | None 
     run_id = run_id or new_run_id(args.stack if command == "run" else f"{command}-{args.stack}")
     results = Path(args.results_dir)
     stack = stack_cls(settings_for(args, profile, results / run_id / "logs"))
+    private_network([stack])
     check_workload(profile, stack.settings.model_path / "tokenizer.json")
     return Prepared(profile=profile, stack=stack, run_id=run_id, results=results, cost=cost, name=args.stack)
+
+
+def private_network(stacks: list) -> None:
+    """Before anything is deployed or written: a deployment that binds beyond loopback (Stack.private_network)
+    runs the whole command again in a private network namespace; this returns only inside one."""
+    from harness.host import netns
+
+    if why := next((w for st in stacks if (w := st.private_network())), None):
+        netns.enter(why)
 
 
 def check_workload(profile: LoadProfile, tokenizer: Path) -> None:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from harness.cli import inputs
-from harness.cli.common import add_model_arguments, console, prepare, warn
+from harness.cli.common import add_model_arguments, console, prepare, private_network, warn
 from harness.errors import LayerbenchError
 from harness.measure.run import Output
 from harness.procedures.pipeline import failure_reason, open_run, recorded
@@ -107,6 +107,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     else:
         kind = "setting" if args.setting else "option"
         key, values, targets, points = plan(kind, args.setting or args.option, get_stack(args.stack), settings)
+    private_network([st for _, st in targets])
     repeats = args.repeats or profile.repeats
     p.profile = profile
     run = open_run(p, "sweep", Output.to(console), {

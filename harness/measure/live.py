@@ -8,6 +8,7 @@ from pathlib import Path
 import psutil
 
 from harness.analysis.audit import is_loopback
+from harness.host.netns import loopback_only
 from harness.schemas import LiveFacts
 from stacks.base import Stack
 
@@ -24,6 +25,7 @@ def live_facts(stack: Stack) -> LiveFacts:
     pids = {p.pid: label for label, procs in stack.processes().items() for p in procs}
     listening = []
     non_loopback = []
+    private = loopback_only()  # in a namespace with only loopback, 0.0.0.0 reaches no farther than 127.0.0.1
     try:
         conns = psutil.net_connections(kind="inet")
     except psutil.AccessDenied:
@@ -35,9 +37,10 @@ def live_facts(stack: Stack) -> LiveFacts:
             pname = psutil.Process(c.pid).name()
         except psutil.NoSuchProcess:
             pname = "?"
-        desc = f"{c.laddr.ip}:{c.laddr.port} ({pids[c.pid]}/{pname})"
+        desc = f"{c.laddr.ip}:{c.laddr.port} ({pids[c.pid]}/{pname})" + (
+            " (private network namespace)" if private and not is_loopback(c.laddr.ip) else "")
         listening.append(desc)
-        if not is_loopback(c.laddr.ip):
+        if not is_loopback(c.laddr.ip) and not private:
             non_loopback.append(desc)
     return LiveFacts(logs=logs, logs_exist={k: Path(v).exists() for k, v in logs.items()},
                      listening=sorted(set(listening)), non_loopback=sorted(set(non_loopback)))

@@ -213,6 +213,11 @@ class Stack(ABC):
         is. The client keeps them per request; each level's report splits the time outside the engine with them."""
         return {}
 
+    def private_network(self) -> str | None:
+        """Why this deployment must run in a private network namespace (it binds beyond loopback and offers no
+        setting against it), or None: the command then runs again inside one (harness.host.netns)."""
+        return None
+
     def tuning(self) -> dict[str, str]:
         """The option sweep to try when a diagnosis rule fires (harness.analysis.diagnose.RULES -> `OPT=` of
         `make sweep`): only options this stack declares."""

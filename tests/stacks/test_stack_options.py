@@ -33,6 +33,7 @@ def build(kind: str, **options: Any):
     ("ray", "max_ongoing_requests", 0, "greater than or equal to 1"),
     ("ray", "stream_batching_interval_ms", -1, "greater than or equal to 0"),
     ("ray", "num_cpus", "many", "valid integer"),
+    ("ray", "request_path", "grpc", "'proxy', 'haproxy' or 'direct'"),
     ("ray", "port", 70000, "less than or equal to 65535"),
     ("vllm", "port", 0, "greater than or equal to 1"),
     ("triton", "report_engine_metrics", "maybe", "valid boolean"),
@@ -65,7 +66,8 @@ def test_unknown_option_is_refused_with_the_known_ones():
 def test_good_values_arrive_typed():
     ray = build("ray", ingress_replicas=3, stream_batching_interval_ms=0, port=18000)
     assert ray.options.ingress_replicas == 3 and ray.options.stream_batching_interval_ms == 0.0
-    assert ray.port == 18000 and ray.opts == {"ingress_replicas": 3, "max_ongoing_requests": 1_000_000_000,
+    assert ray.port == 18000 and ray.opts == {"request_path": "proxy", "ingress_replicas": 3,
+                                              "max_ongoing_requests": 1_000_000_000,
                                               "stream_batching_interval_ms": 0.0, "num_cpus": 8}
     # `--opt` guesses numbers; a text field gets the text back
     sim = build("sim-proxy", metrics_fault=500, version=123, rename_prefix=7)
@@ -73,7 +75,7 @@ def test_good_values_arrive_typed():
 
 
 def test_allowed_options_come_from_the_models():
-    assert get_stack("ray").allowed_options() == {"port", "ingress_replicas", "max_ongoing_requests",
+    assert get_stack("ray").allowed_options() == {"port", "request_path", "ingress_replicas", "max_ongoing_requests",
                                                   "stream_batching_interval_ms", "num_cpus"}
     assert get_stack("vllm").allowed_options() == {"port"}
     assert get_stack("triton").allowed_options() == {"port", "report_engine_metrics"}

@@ -57,18 +57,27 @@ def serve_config(stack: Stack, cs: ClusterSettings, hf_home: str = RAY_HF_HOME) 
               "gpu_memory_utilization": e.gpu_memory_utilization}
     if ref.revision:
         kwargs["revision"] = ref.revision
-    env = {**engine_env(hf_home), "RAY_USAGE_STATS_ENABLED": "0"}
+    env = ray_env(stack, hf_home)
     llm = {"model_loading_config": {"model_id": served_name(cs), "model_source": ref.model},
            "deployment_config": {"num_replicas": cs.replicas, "max_ongoing_requests": o.max_ongoing_requests},
            "engine_kwargs": kwargs,
            "experimental_configs": {"stream_batching_interval_ms": o.stream_batching_interval_ms},
            "log_engine_metrics": True,
            "runtime_env": {"env_vars": env}}
+    ingress = {} if o.request_path == "direct" else {  # direct streaming refuses one (stacks/ray.py)
+        "ingress_deployment_config": {"num_replicas": o.ingress_replicas,
+                                      "max_ongoing_requests": o.max_ongoing_requests}}
     app = {"name": "layerbench", "route_prefix": "/", "import_path": "ray.serve.llm:build_openai_app",
-           "args": {"llm_configs": [llm],
-                    "ingress_deployment_config": {"num_replicas": o.ingress_replicas,
-                                                  "max_ongoing_requests": o.max_ongoing_requests}}}
+           "args": {"llm_configs": [llm], **ingress}}
     return {"applications": [app]}
+
+
+def ray_env(stack: Stack, hf_home: str = RAY_HF_HOME) -> dict[str, str]:
+    """Every Ray container's environment: the engine's, and the request path's switches (stacks/ray.py
+    REQUEST_PATHS), which Ray reads as its modules import, in the controller and the replicas alike."""
+    from stacks.ray import REQUEST_PATHS
+
+    return {**engine_env(hf_home), "RAY_USAGE_STATS_ENABLED": "0", **REQUEST_PATHS[stack.options.request_path]}
 
 
 def render_ray(stack: Stack, cs: ClusterSettings, run_id: str, label: str) -> Deployed:
@@ -87,7 +96,7 @@ def render_ray(stack: Stack, cs: ClusterSettings, run_id: str, label: str) -> De
     for pod, amounts in ((head, resources(cs.ray_head_cpu, cs.ray_head_memory)),
                          (worker, resources(cs.cpu, cs.memory, cs.gpus))):
         c = pod["spec"]["containers"][0]
-        c.update(env=env_list({**engine_env(RAY_HF_HOME), "RAY_USAGE_STATS_ENABLED": "0"}, cs), resources=amounts,
+        c.update(env=env_list(ray_env(stack), cs), resources=amounts,
                  securityContext=container_security(), volumeMounts=engine_mounts(RAY_HF_HOME))
         # the head mounts the cache too: the application is built there and may read the model's config
         pod["spec"]["volumes"] = [cache_volume(cs), shm_volume(cs)]
