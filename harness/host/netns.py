@@ -21,7 +21,9 @@ from pathlib import Path
 from harness.errors import LayerbenchError
 
 MARK = "LAYERBENCH_PRIVATE_NETWORK"  # set in the re-executed command, so it does not enter a namespace twice
-NET = Path("/sys/class/net")
+# this process's network namespace's interfaces, one per line after two of headers (proc(5): /proc/net/dev is
+# /proc/self/net/dev); /sys/class/net would show the namespace sysfs was mounted in, not this process's
+NET = Path("/proc/self/net/dev")
 # set by harness.cli.main.main when it runs as the program (`layerbench`, `python -m harness`), not called with
 # arguments by a test or a script: only a program can be run again in place
 AS_COMMAND = False
@@ -31,9 +33,10 @@ def loopback_only() -> bool:
     """This process's network namespace has no interface but loopback: a socket bound to 0.0.0.0 or :: here is
     reachable only from inside it."""
     try:
-        return {p.name for p in NET.iterdir()} == {"lo"}
+        names = {line.split(":", 1)[0].strip() for line in NET.read_text().splitlines()[2:] if ":" in line}
     except OSError:
         return False
+    return names == {"lo"}
 
 
 def _unshare() -> list[str]:
@@ -54,8 +57,11 @@ def _unshare() -> list[str]:
 def enter(why: str) -> None:
     """Run this command again, in place, inside a private network namespace; returns only when it already runs in
     one (MARK set and only loopback here)."""
-    if os.environ.get(MARK) == "1" and loopback_only():
-        return
+    if os.environ.get(MARK) == "1":  # run again once: a namespace that is not what it should be is an error
+        if loopback_only():
+            return
+        raise LayerbenchError(f"{why}: the private network namespace this command ran again in has interfaces "
+                              f"besides loopback ({NET})")
     if not AS_COMMAND:  # main() called by a test or a script: replacing the process would end its caller
         raise LayerbenchError(f"{why}: this runs only as a command (`layerbench ...`), which first enters a "
                               "private network namespace")

@@ -83,10 +83,19 @@ def test_a_command_called_in_process_is_not_replaced_by_its_namespaced_self(monk
         netns.enter("binds on all interfaces")
 
 
+HEAD = ("Inter-|   Receive                                                |  Transmit\n"
+        " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls\n")
+
+
 def test_only_a_namespace_with_loopback_alone_is_private(tmp_path, monkeypatch):
-    net = tmp_path / "net"
-    (net / "lo").mkdir(parents=True)
+    net = tmp_path / "dev"  # /proc/self/net/dev as Linux 6.1 writes it, in a new namespace and on a host
+    net.write_text(HEAD + "    lo:       0       0    0    0    0     0          0         0        0       0\n")
     monkeypatch.setattr(netns, "NET", net)
     assert netns.loopback_only()
-    (net / "eth0").mkdir()
+    net.write_text(net.read_text() + "  eth0: 161524904  503584    0    0    0     0          0         0 1615\n")
     assert not netns.loopback_only()
+    # run again and still not private: an error, never a second run
+    monkeypatch.setenv(netns.MARK, "1")
+    with pytest.raises(LayerbenchError, match="besides loopback"):
+        netns.enter("binds on all interfaces")
+
