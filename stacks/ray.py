@@ -233,15 +233,19 @@ class RayStack(LocalServerStack):
         serve/_private/request_ingress_metrics.py:70, replica.py:468, request_router/request_router.py:606)."""
         lat, proc, wait = ("ray_serve_http_request_latency_ms", "ray_serve_deployment_processing_latency_ms",
                            "ray_serve_request_router_fulfillment_time_ms")
+        # the completions alone: not the readiness checks' GET /v1/models, nor requests the client cut (499);
+        # labels as Ray 2.60.0 exported them here (application, deployment, replica, route; method, status_code)
+        done = ("completions}",)
         return (LayerMetric(key="proxy ms/request", family=f"{lat}_sum", how="per", per=f"{lat}_count", span_ms=1.0,
+                            match=("method=POST", "status_code=200"),
                             note="Serve's HTTP proxy, from a request's arrival to its response's end (no proxy "
                             "actor with request_path=haproxy or direct)"),
                 LayerMetric(key="ingress ms/request", family=f"{proc}_sum", how="per", per=f"{proc}_count",
-                            match="deployment=OpenAiIngress", span_ms=1.0,
+                            match=("deployment=OpenAiIngress,", *done), span_ms=1.0,
                             note="the OpenAiIngress replicas' processing of a request, its stream included (none "
                             "with request_path=direct)"),
                 LayerMetric(key="LLMServer ms/request", family=f"{proc}_sum", how="per", per=f"{proc}_count",
-                            match="deployment=LLMServer", span_ms=1.0,
+                            match=("deployment=LLMServer", *done), span_ms=1.0,
                             note="the LLMServer replica's processing of a request, its stream included"),
                 LayerMetric(key="router wait ms/request", family=f"{wait}_sum", how="per", per=f"{wait}_count",
                             queue_ms=1.0, note="time a request waited in a Serve router before it was assigned a "

@@ -12,12 +12,13 @@ from harness.analysis.vllm_metrics import COUNTERS, GAUGES, HISTOGRAMS, STEP_TOK
 from harness.schemas import LayerMetric, ServerLevelMetrics
 
 
-def _sum_family(samples: dict[str, float], family: str, renames: tuple[str, ...], match: str = "") -> float | None:
+def _sum_family(samples: dict[str, float], family: str, renames: tuple[str, ...],
+                match: tuple[str, ...] = ()) -> float | None:
     """Sum one family over its label sets (engines, replicas), by its own name or the stack's renaming; match:
-    only the label sets that contain it."""
+    only the label sets that contain each of these."""
     for alias in aliases(family, renames):
         prefix = alias + "{"
-        vals = [v for k, v in samples.items() if k.startswith(prefix) and match in k]
+        vals = [v for k, v in samples.items() if k.startswith(prefix) and all(m in k for m in match)]
         if vals:
             return sum(vals)
     return None

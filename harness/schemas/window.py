@@ -171,7 +171,9 @@ class LayerMetric(BaseModel):
     how: Literal["peak", "delta", "per"] = "delta"
     per: str | None = None  # with how="per": the counter that counts what the delta is divided by
     note: str = ""  # what a reader must know about it
-    match: str = ""  # only the family's series whose labels contain this (Ray's deployment="LLMServer:...")
+    # only the family's series whose labels contain each of these (Ray's `deployment=LLMServer`, `completions}`:
+    # the scraper writes labels as `k=v`, sorted, in braces)
+    match: tuple[str, ...] = ()
     # a wait per request in a queue of the layer: the factor from the figure to ms (Triton's µs: 0.001); the
     # diagnosis's queueing rule reads those that grow with the level
     queue_ms: float | None = None
