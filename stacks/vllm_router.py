@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from harness.schemas import LayerMetric
 from stacks.base import PROJECT_ROOT, DeploySettings, StackOptions, register
 from stacks.base.fronted import FrontedEngineStack
 from stacks.base.procs import free_port
@@ -65,6 +66,14 @@ class VllmRouterStack(FrontedEngineStack):
     def metric_endpoints(self) -> dict[str, str]:
         engine = super().metric_endpoints()["engine"]
         return {"router_metrics": f"http://127.0.0.1:{self.metrics_port}/metrics", "engine": engine}
+
+    def layer_metrics(self) -> tuple[LayerMetric, ...]:
+        # vllm_router_request_duration_seconds: a histogram by `route`, "End-to-end request latency" (vllm-router's
+        # own metrics reference, docs: Prometheus Metrics Reference); the completions alone, not /v1/models
+        d = "vllm_router_request_duration_seconds"
+        return (LayerMetric(key="router ms/request", family=f"{d}_sum", how="per", per=f"{d}_count", span_ms=1e3,
+                            match=("completions",), note="the router's own end-to-end time of a request, by its "
+                            "route; where it stops the clock before the stream ends, the hop below it reads negative"),)
 
     def metricless_endpoints(self) -> dict[str, str]:
         return {"api": f"{self.endpoint().base_url}/metrics"}  # its serving port: the metrics are on their own
