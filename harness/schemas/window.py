@@ -122,7 +122,7 @@ class LevelStats(Leveled):
 
 def level_text(level: float | int, open_loop: bool) -> str:
     """`c=4` or `8 req/s`: how a level is named in tables and sentences."""
-    return f"{level:g} req/s" if open_loop else f"c={level}"
+    return f"{level:g} req/s" if open_loop else f"c={level:g}"  # a concurrency read back as 16.0 is c=16
 
 
 def levels_text(levels: Sequence[float | int], open_loop: bool) -> str:
