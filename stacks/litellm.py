@@ -66,7 +66,8 @@ class LitellmStack(FrontedEngineStack):
                 "(its litellm_overhead_time_ms)"}
 
     def tuning(self) -> dict[str, str]:
-        return {"saturated process": "num_workers=1,2,4"}  # one proxy process per worker, each its own core
+        # one proxy process per worker, each its own core: requests queue in one worker's event loop
+        return {"saturated process": "num_workers=1,2,4", "queueing in the layer": "num_workers=1,2,4"}
 
     def ready_url(self) -> str:
         return f"{self.endpoint().base_url}/health/readiness"
