@@ -153,7 +153,8 @@ def inline(text: str) -> str:
     out, pos = [], 0
     for m in _INLINE.finditer(text):
         out.append(html.escape(text[pos:m.start()]))
-        out.append(f"<b>{html.escape(m[1])}</b>" if m[1] is not None else f"<code>{html.escape(m[2])}</code>")
+        # bold may hold code (a diagnosis's `make sweep ...`), never the reverse
+        out.append(f"<b>{inline(m[1])}</b>" if m[1] is not None else f"<code>{html.escape(m[2])}</code>")
         pos = m.end()
     out.append(html.escape(text[pos:]))
     return "".join(out)

@@ -160,6 +160,7 @@ def test_details_come_after_the_plots_in_markdown_and_are_folded_in_html(sample)
     ("x < y & z", "x &lt; y &amp; z"),
     ("`<tag>` **<b>**", "<code>&lt;tag&gt;</code> <b>&lt;b&gt;</b>"),
     ("a \\| b", "a | b"),
+    ("**diagnosis: …; try `make sweep OPT=a=1,2`**", "<b>diagnosis: …; try <code>make sweep OPT=a=1,2</code></b>"),
 ])
 def test_inline_converts_bold_and_code_and_escapes(text: str, html: str):
     assert inline(text) == html
