@@ -112,8 +112,12 @@ def test_a_k8s_compare_reports_the_deltas_of_a_local_compare_of_the_same_data(tm
     report = tmp_path / "reports" / run.name
     md = (report / "report.md").read_text()
     assert (report / "report.html").stat().st_size > 10_000
-    head = md.splitlines()[2:5]
-    assert any(line.startswith("- target: **k8s** (context `t`, namespace layerbench)") for line in head), head
+    # where it ran opens the context bullets, after the first screen's lead and delta chart
+    lines = md.splitlines()
+    chart = lines.index("![delta.png](delta.png)")
+    target = next(i for i, line in enumerate(lines) if line.startswith("- target: **k8s** (context `t`, namespace "
+                                                                         "layerbench)"))
+    assert lines[2].startswith("- **kserve (raw mode) at ") and chart < target, lines[:target + 1]
     assert "baseline vllm/vllm-openai:v0.32.0 on node gpu-1" in md and "Qwen/Qwen2.5-1.5B-Instruct" in md
     assert "- GPU telemetry: no dcgm-exporter found: no GPU telemetry on this cluster" in md  # none in the emulator
     assert "- prompt lengths counted with " in md  # as the sides' loads recorded it
