@@ -12,9 +12,11 @@ kernel.perf_event_paranoid <= 0 or CAP_PERFMON (CAP_SYS_ADMIN before Linux 5.8)
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
 import subprocess
+import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -74,11 +76,28 @@ class SystemSampler:
         self.log = folder / f"{name}.perf.log"
 
     def start(self) -> None:
+        """Returns once perf records: it starts with its events off (`--delay=-1`) and turns them on when told on
+        its control FIFO, answering `ack` when done (perf-record(1), --control=fifo:ctl-fifo[,ack-fifo]; perf 5.10
+        and later). Reading /proc for every process before it samples took over 1.5 s on this host under load: a
+        window that began at Popen lost its start. A perf without --control samples from Popen on."""
         self.folder.mkdir(parents=True, exist_ok=True)
+        control = _has_control(self.binary)
+        ctl, ack = self.folder / f"{self.name}.perf.ctl", self.folder / f"{self.name}.perf.ack"
+        if control:
+            for fifo in (ctl, ack):
+                fifo.unlink(missing_ok=True)
+                os.mkfifo(fifo)
+        cmd = [self.binary, "record", "-e", "cpu-clock", "-F", str(self.rate), "-g", "-a", "--quiet", "-o",
+               str(self.data), *(["--delay=-1", f"--control=fifo:{ctl},{ack}"] if control else [])]
         with open(self.log, "wb") as err:
-            self.proc = subprocess.Popen([self.binary, "record", "-e", "cpu-clock", "-F", str(self.rate), "-g", "-a",
-                                          "--quiet", "-o", str(self.data)], stdout=err, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+            self.proc = subprocess.Popen(cmd, stdout=err, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True)
+        if control:
+            try:
+                _enable(self.proc, ctl, ack)
+            finally:
+                ctl.unlink(missing_ok=True)
+                ack.unlink(missing_ok=True)
 
     def stop(self, pids: dict[int, str]) -> tuple[dict[int, Path | str], float]:
         """({pid: its collapsed stacks' file, or why there is none}, perf's own CPU seconds)."""
@@ -114,6 +133,46 @@ class SystemSampler:
             path.write_text("".join(f"{';'.join(frames)} {n}\n" for frames, n in stacks[pid].items()))
             out[pid] = path
         return out, own
+
+
+ENABLE_S = 30.0  # the longest perf may take to start recording
+
+
+def _has_control(binary: str) -> bool:
+    try:
+        out = subprocess.run([binary, "record", "-h"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--control" in out.stdout + out.stderr
+
+
+def _enable(proc: subprocess.Popen, ctl: Path, ack: Path) -> None:
+    """Tell perf to start sampling and wait for its `ack`; gives up (perf then records nothing, and the window says
+    so) when perf exits or does not answer within ENABLE_S."""
+    deadline = time.monotonic() + ENABLE_S
+    ack_fd = os.open(ack, os.O_RDONLY | os.O_NONBLOCK)  # opening the read end first never blocks
+    try:
+        while True:  # the write end opens once perf has opened its read end
+            try:
+                ctl_fd = os.open(ctl, os.O_WRONLY | os.O_NONBLOCK)
+                break
+            except OSError:  # ENXIO: no reader yet
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    return
+                time.sleep(0.01)  # polling the FIFO for perf's reader; its opening is the readiness signal
+        try:
+            os.write(ctl_fd, b"enable\n")
+        finally:
+            os.close(ctl_fd)
+        got = b""
+        while b"ack" not in got and proc.poll() is None and time.monotonic() < deadline:
+            ready, _, _ = select.select([ack_fd], [], [], 0.1)
+            chunk = os.read(ack_fd, 64) if ready else b""
+            if ready and not chunk:  # no writer yet: an empty FIFO reads as its end
+                time.sleep(0.01)
+            got += chunk
+    finally:
+        os.close(ack_fd)
 
 
 def collapse(script: str, pids: set[int]) -> dict[int, Counter[tuple[str, ...]]]:
