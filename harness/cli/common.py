@@ -76,7 +76,7 @@ def profile_for(args: argparse.Namespace) -> LoadProfile:
     update = {k: v for k, v in (("model", getattr(args, "model", None)), ("revision", getattr(args, "revision", None)),
                                 ("gpus", getattr(args, "gpus", None))) if v is not None}
     if not update:
-        return resolved_dtype(profile, engine_python)
+        return resolved_dtype(profile, engine_python) if _loads_model(args) else profile
     if "model" in update and "revision" not in update:
         update["revision"] = None  # the profile's revision belongs to the profile's model
     if update.get("model") not in (None, "gpu-like"):
@@ -86,7 +86,17 @@ def profile_for(args: argparse.Namespace) -> LoadProfile:
     except ValidationError as e:
         raise LayerbenchError("--model / --revision / --gpus: " + "; ".join(
             err["msg"].removeprefix("Value error, ") for err in e.errors())) from None
-    return resolved_dtype(profile.model_copy(update={"engine": engine}), engine_python)
+    profile = profile.model_copy(update={"engine": engine})
+    return resolved_dtype(profile, engine_python) if _loads_model(args) else profile
+
+
+def _loads_model(args: argparse.Namespace) -> bool:
+    """Whether the command deploys an engine of layerbench's that loads a model, the only one `dtype: fastest`
+    is timed for (3-6 s here): not an endpoint or the reference engine."""
+    from stacks.base import get_stack
+
+    stack = getattr(args, "stack", None)
+    return not stack or get_stack(stack).loads_model
 
 
 def settings_for(args: argparse.Namespace, profile: LoadProfile, log_dir: Path):
@@ -122,10 +132,11 @@ def prepare(args: argparse.Namespace, command: str, profile: LoadProfile | None 
     and the model resolved) and the stack."""
     from harness.analysis.cost import price
     from harness.results import new_run_id
-    from stacks.base import get_stack
+    from stacks.base import get_stack, parse_options
 
     cost = price(getattr(args, "gpu_hourly_usd", None))
     stack_cls = get_stack(args.stack)  # an unknown stack is refused before the profile's dtype is timed (3 s)
+    stack_cls.checked_options(parse_options(getattr(args, "opt", None)))  # and a bad option too
     profile = profile or profile_for(args)
     run_id = run_id or new_run_id(args.stack if command == "run" else f"{command}-{args.stack}")
     results = Path(args.results_dir)

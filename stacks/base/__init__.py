@@ -157,13 +157,18 @@ class Stack(ABC):
 
     def __init__(self, settings: DeploySettings):
         """Checks the options before anything is deployed (LayerbenchError naming the option)."""
-        unknown = set(settings.options) - self.allowed_options()
-        if unknown:
-            known = ", ".join(sorted(self.allowed_options())) or "none"
-            raise LayerbenchError(f"unknown option(s) for stack {self.kind}: {', '.join(sorted(unknown))}; "
-                                  f"known: {known}")
-        self.options: Any = validate_options(self.kind, self.Options, dict(settings.options))
+        self.options: Any = self.checked_options(settings.options)
         self.settings = settings
+
+    @classmethod
+    def checked_options(cls, options: dict[str, Any]) -> BaseModel:
+        """`--opt` options typed by the stack's model; LayerbenchError naming each unknown or bad one."""
+        unknown = set(options) - cls.allowed_options()
+        if unknown:
+            known = ", ".join(sorted(cls.allowed_options())) or "none"
+            raise LayerbenchError(f"unknown option(s) for stack {cls.kind}: {', '.join(sorted(unknown))}; "
+                                  f"known: {known}")
+        return validate_options(cls.kind, cls.Options, dict(options))
 
     @classmethod
     def allowed_options(cls) -> set[str]:
