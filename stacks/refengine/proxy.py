@@ -13,6 +13,10 @@
   known token rate;
 - max_ongoing: at most N requests forwarded at once (a layer that caps the engine's concurrency);
 - metrics: pass | hide (404, like Ray Serve's API port) | rename (vllm:* -> proxy_vllm_*, like ray_vllm_*).
+- upstream_ports: several engines behind it (a router), each POST sent to one by `route`: round_robin (each to the
+  next), hash (the engine a hash of the prompt's first block picks: PREFIX_BLOCK_CHARS, the reference engine's
+  cached block), or cache_aware (a block goes where it went first; a new block to the engine holding the fewest:
+  an idealised router that knows every engine's cache and keeps them balanced). Other requests go to the first.
 
 What it actually added is recorded per request and served at GET /proxy/stats, so a benchmark compares
 what layerbench reports with what the proxy really did, not only with what it was asked to do.
@@ -24,6 +28,7 @@ Run: python -m stacks.refengine.proxy --port P --upstream-port U [--request-dela
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import signal
@@ -35,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness.wire import ChunkedDecoder
 from stacks.refengine.http import Request, Responder, run_server
-from stacks.refengine.server import config_parser
+from stacks.refengine.server import PREFIX_BLOCK_CHARS, config_parser
 from stacks.refengine.timing import PreciseTimer
 
 
@@ -55,19 +60,26 @@ class ProxyConfig(BaseModel):
                              "in the proxy (like a layer's max_ongoing_requests; 0: no limit)")
     proxy_die_after: int = Field(0, ge=0, description="SIGKILL the proxy's own process group when request N+1 "
                            "arrives, with requests in flight (0: never): the layer dies, the engine lives")
+    upstream_ports: str = Field("", pattern=r"^(\d+(,\d+)*)?$", description="several engines' ports, comma-separated "
+                                "(set by the stack from engine.replicas); empty: upstream_port alone")
+    route: Literal["round_robin", "hash", "cache_aware"] = Field(
+        "round_robin", description="how requests are spread over several engines (upstream_ports)")
+
+    def ports(self) -> list[int]:
+        return [int(p) for p in self.upstream_ports.split(",")] if self.upstream_ports else [self.upstream_port]
 
 
 class Upstream:
-    """One keep-alive connection to the upstream per downstream connection (no pool lock on the path)."""
+    """One keep-alive connection to one engine per downstream connection (no pool lock on the path)."""
 
-    def __init__(self, cfg: ProxyConfig):
-        self.cfg = cfg
+    def __init__(self, cfg: ProxyConfig, port: int):
+        self.cfg, self.port = cfg, port
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
     async def send(self, req: Request) -> tuple[int, dict[str, str], asyncio.StreamReader]:
         if self.writer is None or self.writer.is_closing():
-            self.reader, self.writer = await asyncio.open_connection(self.cfg.upstream_host, self.cfg.upstream_port)
+            self.reader, self.writer = await asyncio.open_connection(self.cfg.upstream_host, self.port)
         head = f"{req.method} {req.path} HTTP/1.1\r\nHost: upstream\r\n"
         if req.body:
             head += f"Content-Type: application/json\r\nContent-Length: {len(req.body)}\r\n"
@@ -90,6 +102,7 @@ class Proxy:
         self.held_event_ns: list[int] = []  # upstream event arrival -> forwarded downstream
         self.posts = 0
         self.ongoing = asyncio.Semaphore(cfg.max_ongoing) if cfg.max_ongoing else None
+        self.router = Router(cfg)
 
     def stats(self) -> dict:
         def pct(xs):
@@ -99,7 +112,7 @@ class Proxy:
             return {"n": int(a.size), "p50_ms": float(np.percentile(a, 50)), "p99_ms": float(np.percentile(a, 99))}
 
         return {"request_hold": pct(self.held_request_ns), "event_hold": pct(self.held_event_ns),
-                "config": self.cfg.model_dump()}
+                "config": self.cfg.model_dump(), "sent": self.router.sent}
 
     async def handle(self, req: Request, resp: Responder) -> None:
         t_arrival = time.perf_counter_ns()
@@ -124,9 +137,10 @@ class Proxy:
             self.posts += 1
             if self.posts > self.cfg.proxy_die_after:
                 os.killpg(os.getpgid(0), signal.SIGKILL)
-        up = resp.state.get("upstream")
+        i = self.router.pick(req) if req.method == "POST" else 0
+        up = resp.state.get(("upstream", i))
         if up is None:
-            up = resp.state["upstream"] = Upstream(self.cfg)
+            up = resp.state[("upstream", i)] = Upstream(self.cfg, self.router.ports[i])
             resp.on_close.append(up.close)
         if self.ongoing is not None and req.method == "POST":
             async with self.ongoing:
@@ -202,6 +216,45 @@ class Proxy:
         if batch:
             resp.chunk(_merge(batch))
         await resp.end_stream()
+
+
+class Router:
+    """Which engine a request goes to (ProxyConfig.route), and how many each was sent (/proxy/stats)."""
+
+    def __init__(self, cfg: ProxyConfig):
+        self.ports, self.route = cfg.ports(), cfg.route
+        self.sent = [0] * len(self.ports)
+        self.turn = 0
+        self.home: dict[bytes, int] = {}  # cache_aware: where each block went first
+        self.homes = [0] * len(self.ports)  # blocks placed on each engine
+
+    def pick(self, req: Request) -> int:
+        n = len(self.ports)
+        if n == 1:
+            i = 0
+        elif self.route == "round_robin":
+            i, self.turn = self.turn % n, self.turn + 1
+        else:
+            block = _prompt_block(req.body)
+            if self.route == "hash":
+                i = int.from_bytes(hashlib.blake2b(block, digest_size=8).digest(), "big") % n
+            elif (i := self.home.get(block, -1)) < 0:
+                i = self.homes.index(min(self.homes))
+                self.home[block] = i
+                self.homes[i] += 1
+        self.sent[i] += 1
+        return i
+
+
+def _prompt_block(body: bytes) -> bytes:
+    """The prompt's first PREFIX_BLOCK_CHARS characters, as the reference engine keys its cache."""
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        return b""
+    prompt = " ".join(m.get("content", "") for m in obj.get("messages", [])) if "messages" in obj \
+        else str(obj.get("prompt", ""))
+    return prompt[:PREFIX_BLOCK_CHARS].encode()
 
 
 def per_chunk_work(us: float) -> None:

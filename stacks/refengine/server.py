@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Literal
 
@@ -84,6 +85,13 @@ class SimConfig(BaseModel):
     noise_seed: int = Field(-1, description="seed of the noise draws (-1: from the OS, so every deployment differs)")
     max_position_embeddings: int = Field(32768, ge=1, description="the model's context limit: a longer "
                                          "max_model_len is refused at start-up, as vLLM refuses it")
+    prefix_cache_blocks: int = Field(0, ge=0, description="prompts' first blocks (PREFIX_BLOCK_CHARS) the prefix "
+                                     "cache holds, the least recently used dropped first (0: every one seen)")
+    prefix_hit_saves_ms: float = Field(0.0, ge=0, description="a request whose first block is in the prefix cache "
+                                       "gets its first token this much sooner, its prefill partly skipped (0: hits "
+                                       "are counted in the metrics and change no timing)")
+    slowdown: float = Field(1.0, ge=0.01, le=100, description="every request's timing times this; POST /sim/faults "
+                            "changes it while the engine runs (one engine of several slowed)")
     processes: int = Field(1, ge=1, le=32, description="serving processes sharing the port (SO_REUSEPORT, the "
                            "kernel spreads connections): an engine that is never the client's limit, for the harness "
                            "benchmark's scale section; /sim/stats and /metrics are then one process's")
@@ -97,7 +105,8 @@ class SimConfig(BaseModel):
 
 
 # what POST /sim/faults may change while the engine runs
-RUNTIME_FAULTS = ("fail_500", "fail_429", "cut_stream", "metrics_delay_ms", "metrics_fault", "metrics_fault_every")
+RUNTIME_FAULTS = ("fail_500", "fail_429", "cut_stream", "metrics_delay_ms", "metrics_fault", "metrics_fault_every",
+                  "slowdown")
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +122,7 @@ class Generation:
     max_tokens: int
     cut: bool
     jitter_ms: float
+    cached: bool = False  # its first block was in the prefix cache
 
 
 class Engine:
@@ -122,7 +132,8 @@ class Engine:
         self.slots = asyncio.Semaphore(cfg.max_num_seqs)
         self.running = self.waiting = self.kv_tokens = 0
         self.metrics = SimMetrics(cfg.model, cfg.kv_capacity_tokens)
-        self.seen_blocks: set[str] = set()
+        self.seen_blocks: OrderedDict[str, None] = OrderedDict()  # the prefix cache, least recently used first
+        self.hits = 0
         # what the server actually did (perf_counter_ns = CLOCK_MONOTONIC, the client's clock too)
         self.late_first_ns: list[int] = []  # actual send - due, first content event
         self.first_sent_ns: list[int] = []  # when each first content event was sent (absolute: a client pairs its own)
@@ -140,7 +151,8 @@ class Engine:
     def factor(self) -> float:
         """How much slower than configured this request runs: deployment x window x drift."""
         drift = 1.0 + self.cfg.drift_per_min * (time.time() - self.epoch) / 60.0
-        return self.deployment_factor * (self.window_factors[-1] if self.window_factors else 1.0) * max(0.05, drift)
+        window = self.window_factors[-1] if self.window_factors else 1.0
+        return self.deployment_factor * window * max(0.05, drift) * self.cfg.slowdown
 
     # ---- routes ----
     async def handle(self, req: Request, resp: Responder) -> None:
@@ -201,7 +213,7 @@ class Engine:
 
         return {"late_first": pct(self.late_first_ns), "late_event": pct(self.late_event_ns),
                 "ttft": pct(self.ttft_ns), "e2e": pct(self.e2e_ns), "itl": pct(self.itl_ns),
-                "requests": self.counter, "first_sent_ns": self.first_sent_ns,
+                "requests": self.counter, "first_sent_ns": self.first_sent_ns, "prefix_hits": self.hits,
                 "noise": {"deployment_factor": self.deployment_factor, "window_factors": self.window_factors,
                           "drift_per_min": self.cfg.drift_per_min, "drift_epoch": self.epoch}}
 
@@ -251,18 +263,27 @@ class Engine:
             kv = prompt_tokens + max_tokens
             self.kv_tokens += kv
             t_admit = time.perf_counter_ns()
-            block = prompt[:PREFIX_BLOCK_CHARS]
-            cached = BLOCK_TOKENS if block in self.seen_blocks else 0
-            self.seen_blocks.add(block)
-            self.metrics.on_admit(prompt_tokens, max_tokens, (t_admit - t_arrival) / 1e9, cached, BLOCK_TOKENS)
+            hit = self.cache(prompt[:PREFIX_BLOCK_CHARS])
+            self.metrics.on_admit(prompt_tokens, max_tokens, (t_admit - t_arrival) / 1e9, BLOCK_TOKENS * hit,
+                                  BLOCK_TOKENS)
             self._publish()
             try:
                 await self._stream(resp, Generation(rid, chat, triton, include_usage, prompt_tokens, max_tokens, cut,
-                                                    jitter), t_arrival, t_admit)
+                                                    jitter, hit), t_arrival, t_admit)
             finally:
                 self.running -= 1
                 self.kv_tokens -= kv
                 self._publish()
+
+    def cache(self, block: str) -> bool:
+        """Whether `block` was in the prefix cache; it is the most recently used one now."""
+        hit = block in self.seen_blocks
+        self.seen_blocks[block] = None
+        self.seen_blocks.move_to_end(block)
+        if self.cfg.prefix_cache_blocks and len(self.seen_blocks) > self.cfg.prefix_cache_blocks:
+            self.seen_blocks.popitem(last=False)
+        self.hits += hit
+        return hit
 
     def _publish(self) -> None:
         self.metrics.set_state(self.running, self.waiting, self.kv_tokens)
@@ -297,7 +318,8 @@ class Engine:
         cfg = self.cfg
         clock = time.perf_counter_ns
         slow = self.factor()
-        ttft_ns = int((cfg.ttft_ms + cfg.prefill_ms_per_token * prompt_tokens + jitter_ms) * 1e6 * slow)
+        saved = cfg.prefix_hit_saves_ms if gen.cached else 0.0
+        ttft_ns = int((cfg.ttft_ms + cfg.prefill_ms_per_token * prompt_tokens + jitter_ms - saved) * 1e6 * slow)
         itl_ns = int(cfg.itl_ms * 1e6 * slow)
         first_due = t_admit + max(0, ttft_ns)
         resp.start_stream()
