@@ -23,6 +23,7 @@
 #   make compare STACK=ray ARGS=--dry-run   the plan (model, revision, engine build, GPUs, settings), nothing deployed
 #   make setup DRY_RUN=1       what setup would install on this host, and why; changes nothing
 #   MODEL=org/name REVISION=<commit> GPUS=0,1 (run, compare, capacity, sweep): the model and GPUs to serve with
+#   REPLICAS=N (run, compare, capacity, sweep): N engines per side, the bare side spread by the load client
 .DEFAULT_GOAL := help
 SHELL := /bin/bash
 # the Python that makes every environment: the first of 3.12, 3.11, 3.10 found (PY=python3.11 to choose)
@@ -51,6 +52,7 @@ MODEL ?=
 REVISION ?=
 GPUS ?=
 CLIENT_PROCS ?=
+REPLICAS ?=
 DRY_RUN ?=
 # DRY_RUN=1: every setup step prints what it would install and why; no stamp, venv or file is written
 DRY := $(filter-out 0 no false,$(DRY_RUN))
@@ -78,7 +80,7 @@ LAYERS := $(filter-out client engine chromium,$(patsubst scripts/setup_%.sh,%,$(
 # this machine then only needs the client
 needs = $(if $(filter-out local,$(TARGET))$(filter --dry-run,$(ARGS)),client,setup $(if $(filter $(STACK),$(LAYERS)),$(STAMPS)/setup-$(STACK)))
 MODEL_ARGS = $(if $(MODEL),--model $(MODEL)) $(if $(REVISION),--revision $(REVISION)) $(if $(GPUS),--gpus $(GPUS)) \
-	$(if $(CLIENT_PROCS),--client-procs $(CLIENT_PROCS))
+	$(if $(CLIENT_PROCS),--client-procs $(CLIENT_PROCS)) $(if $(REPLICAS),--replicas $(REPLICAS))
 
 setup-%: setup $(STAMPS)/setup-% ;  # a layer's own environment (make setup-ray): see LAYERS
 setup-chromium: $(STAMPS)/chromium  ## Debian's headless Chromium, for the report's browser test

@@ -91,12 +91,12 @@ class KServeStack(FrontedEngineStack, VllmStack):
         self.manifests: list[dict] = []
         self.engine_procs: list[psutil.Process] = []  # inprocess: vLLM's engine processes, watched once ready
 
-    def engine_behind(self) -> Stack | None:
+    def engine_behind(self, settings: DeploySettings | None = None) -> Stack | None:
         """proxy: the bare vLLM the proxy forwards to, from KServe's environment; the other modes serve the
         engine themselves."""
         if self.options.mode != "proxy":
             return None
-        return REGISTRY["vllm"](self.settings.model_copy(update={"options": {}}), venv=KSERVE_VENV)
+        return REGISTRY["vllm"]((settings or self.settings).model_copy(update={"options": {}}), venv=KSERVE_VENV)
 
     @property
     def config_path(self) -> Path:

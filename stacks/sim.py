@@ -29,7 +29,7 @@ from stacks.refengine.proxy import ProxyConfig
 from stacks.refengine.server import SimConfig
 
 SIM_KEYS = set(SimConfig.model_fields) - {"model", "max_model_len"}
-PROXY_KEYS = set(ProxyConfig.model_fields) - {"upstream_host", "upstream_port"}
+PROXY_KEYS = set(ProxyConfig.model_fields) - {"upstream_host", "upstream_port", "upstream_ports"}
 
 
 def _fields(model: type[BaseModel], keys: set[str]) -> dict[str, Any]:
@@ -73,6 +73,7 @@ class _LocalServer:
 @register
 class SimStack(Stack):
     kind = "sim"
+    replicas_by = "client"
     loads_model = False
     in_request_path = False
     description = "reference engine of known timing (calibration, fast tests)"
@@ -142,6 +143,7 @@ class SimStack(Stack):
 @register
 class SimProxyStack(FrontedEngineStack):
     kind = "sim-proxy"
+    replicas_by = "layer"  # --upstream-ports: the proxy routes over every engine (`route`)
     in_request_path = True
     loads_model = False
     description = "known-overhead proxy in front of the reference engine"
@@ -149,14 +151,19 @@ class SimProxyStack(FrontedEngineStack):
     front_role = "proxy"
     Options = SimProxyOptions
 
-    def engine_behind(self) -> Stack:
+    def engine_behind(self, settings: DeploySettings | None = None) -> Stack:
         """The reference engine with this stack's engine options (the proxy's own go to the front)."""
-        opts = {k: v for k, v in self.settings.options.items() if k in SIM_KEYS}
-        return SimStack(self.settings.model_copy(update={"options": opts}))
+        settings = settings or self.settings
+        opts = {k: v for k, v in settings.options.items() if k in SIM_KEYS}
+        return SimStack(settings.model_copy(update={"options": opts}))
 
     def front_command(self, upstream: str) -> tuple[list[str], dict[str, str]]:
-        port = upstream.rsplit(":", 1)[1]
-        return ([sys.executable, "-m", "stacks.refengine.proxy", "--port", str(self.port), "--upstream-port", port,
+        return self.front_commands([upstream])
+
+    def front_commands(self, upstreams: list[str]) -> tuple[list[str], dict[str, str]]:
+        ports = ",".join(u.rsplit(":", 1)[1] for u in upstreams)
+        return ([sys.executable, "-m", "stacks.refengine.proxy", "--port", str(self.port), "--upstream-port",
+                 ports.split(",")[0], *(["--upstream-ports", ports] if len(upstreams) > 1 else []),
                  *_flags(self.settings.options, PROXY_KEYS)], {"PYTHONPATH": str(PROJECT_ROOT)})
 
     def tuning(self) -> dict[str, str]:

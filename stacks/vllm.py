@@ -27,6 +27,7 @@ from stacks.base.procs import wait_http_ready
 @register
 class VllmStack(LocalServerStack):
     kind = "vllm"
+    replicas_by = "client"  # N bare engines: the load client spreads over them
     in_request_path = False
     description = "bare vLLM OpenAI server (the baseline)"
     server_name = "vLLM"

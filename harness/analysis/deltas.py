@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from harness.analysis.judging import ENDPOINTS, Design, judge_endpoints
+from harness.analysis.replicas import routing
 from harness.analysis.steady import likely_cause
 from harness.analysis.verdict import pct
 from harness.schemas import Components, DeltaInterval, LevelDelta, LevelSummary, RunSummary, Verdict
@@ -141,6 +142,7 @@ def judged_levels(base: RunSummary | None, stack: RunSummary | None, levels: Seq
             stack_achieved_rate=mean(s, lambda lv: lv.stats.achieved_rate),
             invocations=sorted({lv.invocation for lv in b + s}),
             baseline_gpu=gpu_means(b), stack_gpu=gpu_means(s),
+            baseline_routing=routing(b), stack_routing=routing(s),
             incomplete=[f"{side} {_window(lv)}: {lv.incomplete} ({lv.stats.sent} sent)"
                         for side, levels in (("baseline", b_all), ("stack", s_all)) for lv in levels
                         if lv.incomplete],

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from harness.analysis.replicas import loads, merged
 from harness.analysis.vllm_metrics import COUNTERS, GAUGES, HISTOGRAMS, STEP_TOKENS, aliases
 from harness.schemas import LayerMetric, ServerLevelMetrics
 
@@ -59,8 +60,9 @@ def summarise(scrapes: Iterable[dict], renames: tuple[str, ...] = (),
               layer: tuple[LayerMetric, ...] = ()) -> ServerLevelMetrics:
     """renames: the prefixes the stack puts in place of `vllm:` (Stack.metric_aliases); layer: the layer's own
     figures its stack declares (Stack.layer_metrics)."""
-    scrapes = list(scrapes)
-    out = ServerLevelMetrics()
+    raw = list(scrapes)
+    scrapes = merged(raw)  # several engines of one side (engine@0, engine@1, ...) read as one
+    out = ServerLevelMetrics(replicas=loads(raw, renames))
     means = _histogram_means(scrapes, renames)
     out.engine_ttft_ms, out.engine_e2e_ms, out.engine_requests = (
         means.get("engine_ttft_ms"), means.get("engine_e2e_ms"), means.get("engine_e2e_n"))

@@ -28,7 +28,7 @@ def warn(text: str) -> None:
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """--model, --revision and --gpus: the profile's engine.model, engine.revision and engine.gpus, for once."""
+    """--model, --revision, --gpus and --replicas: the profile's engine settings of those names, for once."""
     from harness.cli import inputs
 
     parser.add_argument("--model", help="what to serve instead of the profile's engine.model: auto, tiny, gpu-like, "
@@ -36,6 +36,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--revision", help="the repo id's branch, tag or commit (REVISION=; default main)")
     parser.add_argument("--gpus", type=inputs.gpu_list, metavar="I,J", help="GPU indices each deployment may use, "
                         "as nvidia-smi numbers them (GPUS=; default: the first tensor_parallel_size visible)")
+    parser.add_argument("--replicas", type=int, metavar="N", help="engines per side, the stack fronting them all and "
+                        "the load client spreading the bare side's requests over its N (REPLICAS=; default: the "
+                        "profile's engine.replicas, 1)")
     parser.add_argument("--client-procs", type=inputs.client_procs, metavar="N|auto", help="load client processes "
                         "per side, a level split between them (CLIENT_PROCS=; default: the profile's, auto)")
 
@@ -74,7 +77,8 @@ def profile_for(args: argparse.Namespace) -> LoadProfile:
     if getattr(args, "client_procs", None):
         profile = profile.model_copy(update={"client_procs": args.client_procs})
     update = {k: v for k, v in (("model", getattr(args, "model", None)), ("revision", getattr(args, "revision", None)),
-                                ("gpus", getattr(args, "gpus", None))) if v is not None}
+                                ("gpus", getattr(args, "gpus", None)),
+                                ("replicas", getattr(args, "replicas", None))) if v is not None}
     if not update:
         return resolved_dtype(profile, engine_python) if _loads_model(args) else profile
     if "model" in update and "revision" not in update:
@@ -84,7 +88,7 @@ def profile_for(args: argparse.Namespace) -> LoadProfile:
     try:
         engine = EngineSettings.model_validate({**profile.engine.model_dump(), **update})
     except ValidationError as e:
-        raise LayerbenchError("--model / --revision / --gpus: " + "; ".join(
+        raise LayerbenchError("--model / --revision / --gpus / --replicas: " + "; ".join(
             err["msg"].removeprefix("Value error, ") for err in e.errors())) from None
     profile = profile.model_copy(update={"engine": engine})
     return resolved_dtype(profile, engine_python) if _loads_model(args) else profile
@@ -119,7 +123,7 @@ def settings_for(args: argparse.Namespace, profile: LoadProfile, log_dir: Path):
     if target != "local" or (stack and not get_stack(stack).loads_model):
         return DeploySettings(**common)  # nothing served from this host's model files (an endpoint, the sims)
     host = host_gpus()
-    devices = devices_for(host, engine.gpus, engine.tensor_parallel_size)
+    devices = devices_for(host, engine.gpus, engine.tensor_parallel_size, engine.replicas)
     model = resolve(engine, host, devices, fetch=not getattr(args, "dry_run", False))
     return DeploySettings(**common, model_path=model.path or MODEL_DIR, served_model_name=model.served_name,
                           model=model, devices=devices)
@@ -133,6 +137,7 @@ def prepare(args: argparse.Namespace, command: str, profile: LoadProfile | None 
     from harness.analysis.cost import price
     from harness.results import new_run_id
     from stacks.base import get_stack, parse_options
+    from stacks.base.replicas import build_stack
 
     cost = price(getattr(args, "gpu_hourly_usd", None))
     stack_cls = get_stack(args.stack)  # an unknown stack is refused before the profile's dtype is timed (3 s)
@@ -140,9 +145,13 @@ def prepare(args: argparse.Namespace, command: str, profile: LoadProfile | None 
     profile = profile or profile_for(args)
     run_id = run_id or new_run_id(args.stack if command == "run" else f"{command}-{args.stack}")
     results = Path(args.results_dir)
-    stack = stack_cls(settings_for(args, profile, results / run_id / "logs"))
+    stack = build_stack(stack_cls, settings_for(args, profile, results / run_id / "logs"))
     private_network([stack])
     check_workload(profile, stack.settings.model_path / "tokenizer.json")
+    if profile.prefix is not None and profile.prefix.groups < (n := profile.engine.replicas):
+        warn(f"{profile.prefix.groups} shared-prefix group{'s' if profile.prefix.groups != 1 else ''} for {n} "
+             "replicas: where a group's requests go cannot change what is cached, so routing cannot matter here "
+             f"(prefix.groups above {n} lets it)")
     return Prepared(profile=profile, stack=stack, run_id=run_id, results=results, cost=cost, name=args.stack)
 
 

@@ -179,10 +179,14 @@ def reset_cache() -> None:
     _cached = None
 
 
-def devices_for(host: GpuHost | None, gpus: list[int] | None, tensor_parallel_size: int) -> list[int]:
+def devices_for(host: GpuHost | None, gpus: list[int] | None, tensor_parallel_size: int,
+                replicas: int = 1) -> list[int]:
     """The GPU indices one deployment may use: `gpus` as named (GPUS= or the profile's engine.gpus), else the
-    first `tensor_parallel_size` visible ones; [] on a host without GPUs. LayerbenchError naming what to change
-    when the request cannot be met."""
+    first `replicas` × `tensor_parallel_size` visible ones (replica i takes the i-th run of tensor_parallel_size of
+    them); [] on a host without GPUs. LayerbenchError naming what to change when the request cannot be met."""
+    need = tensor_parallel_size * replicas
+    what = (f"engine.tensor_parallel_size {tensor_parallel_size}" if replicas == 1 else
+            f"engine.replicas {replicas} × tensor_parallel_size {tensor_parallel_size} ({need} GPUs)")
     if host is None:
         if gpus:
             raise LayerbenchError(f"GPUS={','.join(map(str, gpus))} names GPUs, but this host has none "
@@ -190,7 +194,7 @@ def devices_for(host: GpuHost | None, gpus: list[int] | None, tensor_parallel_si
         if tensor_parallel_size > 1:
             raise LayerbenchError(f"engine.tensor_parallel_size {tensor_parallel_size} needs that many GPUs, and "
                                   "this host has none: set tensor_parallel_size 1")
-        return []
+        return []  # N engines on a host without GPUs share its CPU (the GPU-like engine: its step sleeps)
     if host.problem:
         raise LayerbenchError(host.problem)
     known = [g.index for g in host.gpus]
@@ -201,18 +205,26 @@ def devices_for(host: GpuHost | None, gpus: list[int] | None, tensor_parallel_si
                                   f"has GPUs {span(known)} (nvidia-smi -L)")
         if len(set(gpus)) != len(gpus):
             raise LayerbenchError(f"GPUS={','.join(map(str, gpus))} names a GPU twice")
-        if len(gpus) != tensor_parallel_size:
-            raise LayerbenchError(f"GPUS names {len(gpus)} GPU(s) ({','.join(map(str, gpus))}) but "
-                                  f"engine.tensor_parallel_size is {tensor_parallel_size}: name "
-                                  f"{tensor_parallel_size}, or set tensor_parallel_size {len(gpus)}")
+        if len(gpus) != need:
+            fix = f"set tensor_parallel_size {len(gpus)}" if replicas == 1 else "or change replicas"
+            raise LayerbenchError(f"GPUS names {len(gpus)} GPU(s) ({','.join(map(str, gpus))}) but {what} needs "
+                                  f"{need}: name {need}, {fix}")
         return refuse_mig(host, list(gpus))
     visible = host.visible()
-    if tensor_parallel_size > len(visible):
+    if need > len(visible):
         where = (f"CUDA_VISIBLE_DEVICES={host.cuda_visible_devices} leaves {len(visible)}"
                  if host.cuda_visible_devices is not None else f"this host has {len(visible)}")
-        raise LayerbenchError(f"engine.tensor_parallel_size {tensor_parallel_size} is more GPUs than are visible "
-                              f"({where}): lower tensor_parallel_size or free more GPUs")
-    return refuse_mig(host, visible[:tensor_parallel_size])
+        lower = "lower tensor_parallel_size" if replicas == 1 else "lower replicas or tensor_parallel_size"
+        raise LayerbenchError(f"{what} is more GPUs than are visible ({where}): {lower} or free more GPUs")
+    return refuse_mig(host, visible[:need])
+
+
+def replica_devices(devices: list[int], replicas: int) -> list[list[int]]:
+    """Each replica's GPUs: the i-th equal run of `devices` ([] for each on a host without GPUs)."""
+    if not devices:
+        return [[] for _ in range(replicas)]
+    per = len(devices) // replicas
+    return [devices[i * per:(i + 1) * per] for i in range(replicas)]
 
 
 def refuse_mig(host: GpuHost, devices: list[int]) -> list[int]:

@@ -59,6 +59,7 @@ class RequestRecord:
     turn: int = 0  # a multi-turn chat's turn (0: the first, or a profile without sessions)
     answer: str = ""  # the streamed text, kept only for a chat's next turn (StreamClient.keep_text); not written
     headers: dict[str, str] = field(default_factory=dict)  # the layer's timing headers (StreamClient.keep_headers)
+    replica: int = -1  # the engine the load client sent it to, where it spreads over several (load/spread.py)
 
     @property
     def dispatch_delay_ms(self) -> float:
@@ -80,6 +81,8 @@ class RequestRecord:
         del d["answer"]
         if not self.headers:  # a stack that declares none: its records keep their shape
             del d["headers"]
+        if self.replica < 0:  # one endpoint: the same
+            del d["replica"]
         d["event_ms"] = [round(x, 3) for x in self.event_ms]
         d["dispatch_delay_ms"] = round(self.dispatch_delay_ms, 4)
         return d

@@ -56,6 +56,8 @@ class WorkerSpec:
     tokenizer: str | None
     out_dir: str
     keep_headers: tuple[str, ...] = ()  # the stack's timing headers each record keeps (Stack.layer_headers)
+    spread: tuple[str, ...] = ()  # several engines' base URLs the client spreads over (Endpoint.spread)
+    spread_by: str = "round_robin"
 
 
 @dataclass(frozen=True)
@@ -211,13 +213,14 @@ def worker_main(spec: WorkerSpec, index: int, conn, flag: StopFlag) -> None:
     child_signals(flag)
     from harness.load.prompts import PromptGenerator
     from harness.load.protocols import CLIENTS
+    from harness.load.spread import client_for
     from harness.profile.schema import LoadProfile
 
     profile = LoadProfile.model_validate(spec.profile)
     gen = PromptGenerator.for_profile(spec.run_id, f"{spec.prompts_key}:w{index}", profile,
                                       Path(spec.tokenizer) if spec.tokenizer else None)
-    client = CLIENTS[spec.protocol](spec.base_url, spec.model, api=profile.api,
-                                    ignore_eos=profile.ignore_eos, timeout_s=profile.request_timeout_s)
+    client = client_for(CLIENTS, (spec.base_url, spec.model, spec.protocol), (list(spec.spread), spec.spread_by),
+                        api=profile.api, ignore_eos=profile.ignore_eos, timeout_s=profile.request_timeout_s)
     client.keep_text = profile.sessions is not None
     client.keep_headers = spec.keep_headers
     fd = os.open(records_path(spec.out_dir, index), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

@@ -50,8 +50,11 @@ def with_side_cache(target: Stack, root: Path, pair: int) -> Stack:
     """Give the deployment's vLLM (behind a front, where there is one) its side's compile cache for this compare
     (stacks.base.engine_env.side_cache): kept across the side's deployments, removed at the compare's end."""
     for t in (target, getattr(target, "engine", None)):
-        if t is not None and hasattr(t, "engine_cache"):
-            t.engine_cache, t.keep_cache, t.engine_start = root, True, side_start(pair)
+        # several engines (stacks.base.replicas): each its own folder, as they compile at once
+        for i, e in enumerate(getattr(t, "replicas", None) or [t]):
+            if e is not None and hasattr(e, "engine_cache"):
+                e.engine_cache = root / f"replica-{i}" if hasattr(t, "replicas") else root
+                e.keep_cache, e.engine_start = True, side_start(pair)
     return target
 
 

@@ -23,6 +23,7 @@ from harness.load.prompts import PromptGenerator
 from harness.load.protocols import CLIENTS
 from harness.load.runner import LevelRun
 from harness.load.scraper import Scraper
+from harness.load.spread import client_for
 from harness.load.topology import CoreSampler, engine_binding
 from harness.load.workers import WorkerSpec
 from harness.measure.profiled import profile_levels
@@ -86,8 +87,8 @@ class SweepRun:
         tok = stack.settings.model_path / "tokenizer.json"
         key = f"pod{shard.index}" if shard else ""  # never the side: both send the same requests
         gen = PromptGenerator.for_profile(writer.run_id, key, profile, tok if tok.exists() else None)
-        client = CLIENTS[ep.protocol](ep.base_url, ep.model, api=profile.api,
-                                      ignore_eos=profile.ignore_eos, timeout_s=profile.request_timeout_s)
+        client = client_for(CLIENTS, (ep.base_url, ep.model, ep.protocol), (ep.spread, ep.spread_by), api=profile.api,
+                            ignore_eos=profile.ignore_eos, timeout_s=profile.request_timeout_s)
         client.keep_text = profile.sessions is not None
         client.keep_headers = tuple(stack.layer_headers())
         seed = profile.seed if profile.seed is not None else writer.run_id  # both sides: the same arrivals
@@ -96,7 +97,7 @@ class SweepRun:
         self.driver = Driver(client, gen, profile, seed, shard, stack.dead if stack.cheap_liveness else None)
         self.split = Split(WorkerSpec(ep.base_url, ep.model, ep.protocol, profile.model_dump(mode="json"), str(seed),
                                       writer.run_id, key, str(tok) if tok.exists() else None, str(writer.dir),
-                                      client.keep_headers),
+                                      client.keep_headers, tuple(ep.spread), ep.spread_by),
                            profile.client_procs if shard is None else 1, self.driver, writer)
         self.levels = profile.levels()
         self.scraper = Scraper(stack.metric_endpoints(), profile.scrape_interval_s, writer.dir / "scrapes.jsonl",

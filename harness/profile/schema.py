@@ -81,7 +81,14 @@ class EngineSettings(BaseModel):
     tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs one engine shards the model over, on "
                                       "both sides")
     gpus: list[int] | None = Field(None, description="GPU indices (nvidia-smi's) each deployment may use, the same "
-                                   "for both sides (default: the first tensor_parallel_size visible ones)")
+                                   "for both sides (default: the first replicas × tensor_parallel_size visible ones)")
+    replicas: int = Field(1, ge=1, le=16, description="engines per side, each with these settings (on a GPU host each "
+                          "on tensor_parallel_size GPUs of its own): the stack fronts them all, the bare side is N "
+                          "engines the load client spreads its requests over (baseline_spread), with no hop between")
+    baseline_spread: Literal["round_robin", "hash"] = Field(
+        "round_robin", description="how the load client spreads the bare side's requests over its replicas: each to "
+        "the next engine in turn, or to the engine a hash of the prompt's first characters picks (a prefix group, "
+        "or a chat, then stays on one engine)")
     max_model_len: int = Field(2048, gt=0)
     max_num_seqs: int = Field(64, gt=0)
     dtype: Literal["auto", "bfloat16", "float16", "float32", "fastest"] = Field(

@@ -29,6 +29,7 @@ from harness.reporting.report_tables import (
     detail_tables,
     slo_text,
 )
+from harness.reporting.routing import routing_lines, routing_tables
 from harness.reporting.run_report import health_items
 from harness.schemas import AuditResult, CompareSummary, level_text
 
@@ -90,6 +91,7 @@ def lead(s: CompareSummary) -> list[str]:
         if (levels := by_level(s)) is not None:
             lines.append(levels)
         lines += diagnosis_lines(s)
+        lines += routing_lines(s)
     else:
         lines.append(f"**{s.stack}: no level measured on both sides** (status {s.status})")
     caps = capacities(s)
@@ -290,7 +292,8 @@ def write_report(s: CompareSummary, out_dir: Path, bullets: list[str] | None = N
     chart = LEAD_CHART if LEAD_CHART in images else None
     shown, folded = fold(caveats(s))
     path = write_document(out_dir, Document(title, [*lead(s), *shown], [*decision_tables(s), *diagnosis_tables(s),
-                                                                        *step_table(s), *(extra or [])],
+                                                                        *routing_tables(s), *step_table(s),
+                                                                        *(extra or [])],
                                             [i for i in images if i != chart], [*detail_tables(s), *(details or [])],
                                             notes=context(s), chart=chart, folded=folded,
                                             more=[*context_bullets(s), *list(bullets or [])]))

@@ -5,7 +5,7 @@ from harness.schemas.audit import AuditResult, EndpointAudit, FamilyAudit, LiveF
 from harness.schemas.capacity import SLA, CapacityResult, CapacitySummary, Probe
 from harness.schemas.compare import SIDES, AAReference, CompareSummary, Decision, Stopping
 from harness.schemas.deploy import AppliedConfig, PublishedResult, ServedModel
-from harness.schemas.verdicts import Components, DeltaInterval, Instability, LevelDelta, Verdict
+from harness.schemas.verdicts import Components, DeltaInterval, Instability, LevelDelta, Routing, Verdict
 from harness.schemas.window import (
     Calibration,
     ClientHealth,
@@ -19,6 +19,7 @@ from harness.schemas.window import (
     LevelSummary,
     Modes,
     ProcessCores,
+    ReplicaLoad,
     RunSummary,
     ServerLevelMetrics,
     Stationarity,
@@ -30,5 +31,6 @@ __all__ = ["SIDES", "AAReference", "Decision", "Stopping",
            "AppliedConfig", "AuditResult", "Calibration", "CapacityResult", "CapacitySummary",
            "ClientHealth", "Components", "CompareSummary", "DeltaInterval", "Dist", "DtypeChoice", "EndpointAudit",
            "FamilyAudit", "GpuWindow", "Instability", "LayerMetric", "LevelDelta", "LevelHold", "LevelStats",
-           "LevelSummary", "Leveled", "LiveFacts", "Modes", "Probe", "ProcessCores", "PublishedResult", "RunSummary",
-           "SLA", "ServedModel", "ServerLevelMetrics", "Stationarity", "Verdict", "level_text", "levels_text"]
+           "LevelSummary", "Leveled", "LiveFacts", "Modes", "Probe", "ProcessCores", "PublishedResult", "ReplicaLoad",
+           "Routing", "RunSummary", "SLA", "ServedModel", "ServerLevelMetrics", "Stationarity", "Verdict",
+           "level_text", "levels_text"]

@@ -93,6 +93,18 @@ class DeltaInterval(BaseModel):
         return f"{self.lo_pct:+.1f}…{self.hi_pct:+.1f}%"
 
 
+class Routing(BaseModel):
+    """Where one side's requests went at one level, from its engines' own counters over its windows: the prefix-cache
+    hit rate over every engine, and each engine's requests and mean requests held (harness.analysis.replicas)."""
+
+    replicas: int = 1
+    hit_rate: float | None = None  # prefix-cache hits / queries (tokens), every engine, every window
+    requests: list[float] = []  # per engine, summed over the windows
+    in_engine: list[float | None] = []  # per engine: mean requests in it (running and waiting), over the windows
+    imbalance: float | None = None  # requests: the busiest engine's over the mean (1.0: even)
+    load_imbalance: float | None = None  # mean requests held: the same
+
+
 class LevelDelta(Leveled):
     baseline_tok_s: float | None
     stack_tok_s: float | None
@@ -128,6 +140,8 @@ class LevelDelta(Leveled):
     stack_achieved_rate: float | None = None
     baseline_gpu: dict[str, float | None] = {}  # gpu_means(): utilisation, memory, power, clocks over the windows
     stack_gpu: dict[str, float | None] = {}
+    baseline_routing: Routing | None = None  # the prefix-cache hit rate, and per engine where a side has several
+    stack_routing: Routing | None = None
 
     @property
     def judged(self) -> bool:

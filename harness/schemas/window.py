@@ -139,6 +139,20 @@ class ClientHealth(BaseModel):
     reasons: list[str] = []
 
 
+class ReplicaLoad(BaseModel):
+    """One engine's share of a level where a side has several (engine.replicas), from its own counters between
+    the window's edges (harness.analysis.replicas)."""
+
+    replica: str  # its metric endpoint: engine@0, api@1, ...
+    requests: float | None = None
+    prompt_tokens: float | None = None
+    output_tokens: float | None = None
+    prefix_cache_hits: float | None = None
+    prefix_cache_queries: float | None = None
+    in_engine: float | None = None  # mean requests in the engine over the window, running and waiting
+    waiting: float | None = None  # mean requests waiting in it
+
+
 class ServerLevelMetrics(BaseModel):
     scrapes: int = 0
     gaps: int = 0
@@ -160,6 +174,7 @@ class ServerLevelMetrics(BaseModel):
     engine_itl_ms: float | None = None  # mean time between a request's tokens: the engine's step while decoding
     engine_steps: float | None = None  # engine steps in the window (vllm:iteration_tokens_total's count)
     engine_step_tokens: float | None = None  # tokens they computed, prompt and decode (its sum)
+    replicas: list[ReplicaLoad] = []  # each engine's share, where the side has several
 
 
 class LayerMetric(BaseModel):

@@ -32,6 +32,10 @@ class Endpoint(BaseModel):
     base_url: str
     protocol: Literal["openai", "triton"] = "openai"  # picks the streaming client (harness/load/protocols.py)
     model: str
+    # N engines with no layer between (stacks.base.replicas): the load client picks one per request, each in turn
+    # or by a hash of the prompt's first characters; [] for one endpoint
+    spread: list[str] = []
+    spread_by: Literal["round_robin", "hash"] = "round_robin"
 
 
 class DeploySettings(BaseModel):
@@ -154,6 +158,9 @@ class Stack(ABC):
     docker_form: ClassVar[str | None] = None
     k8s_form: ClassVar[str | None] = None
     k8s_crds: ClassVar[tuple[tuple[str, str, str], ...]] = ()  # (group, kind, version) its k8s form applies
+    # engine.replicas above 1: "client", a bare engine the load client spreads over (stacks.base.replicas);
+    # "layer", a layer that fronts every engine itself; "": a stack that cannot (refused before deploying)
+    replicas_by: ClassVar[Literal["client", "layer", ""]] = ""
 
     def __init__(self, settings: DeploySettings):
         """Checks the options before anything is deployed (LayerbenchError naming the option)."""
@@ -276,8 +283,18 @@ class Stack(ABC):
 
     def baseline(self) -> Stack | None:
         """The bare vLLM of exactly this engine version: vLLM's own server from this stack's engine environment
-        (`engine_venv`), with the same settings and none of the stack's options."""
-        return REGISTRY["vllm"](self.settings.model_copy(update={"options": {}}), venv=self.engine_venv)
+        (`engine_venv`), with the same settings and none of the stack's options; `engine.replicas` of them, the
+        load client spreading requests over them, where the stack fronts several engines."""
+        settings = self.settings.model_copy(update={"options": {}})
+
+        def bare(s: DeploySettings) -> Stack:
+            return REGISTRY["vllm"](s, venv=self.engine_venv)
+
+        if settings.engine.replicas > 1:
+            from stacks.base.replicas import ReplicaSet
+
+            return ReplicaSet(settings, bare)
+        return bare(settings)
 
     def verify_config(self) -> AppliedConfig:
         cfg = AppliedConfig()

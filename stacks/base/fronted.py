@@ -21,6 +21,7 @@ from stacks.base import REGISTRY, DeploySettings, Stack
 from stacks.base.engine_frontend import frontend_of
 from stacks.base.local import LocalServerStack
 from stacks.base.procs import wait_http_ready
+from stacks.base.replicas import ReplicaSet, replica_name
 
 
 class FrontedEngineStack(LocalServerStack):
@@ -28,16 +29,30 @@ class FrontedEngineStack(LocalServerStack):
 
     def __init__(self, settings: DeploySettings, port: int | None = None):
         super().__init__(settings, port)
-        self.engine: Stack | None = self.engine_behind()
+        self.engine: Stack | None = self.engines_behind()
 
     # --- what an adapter says ---
-    def engine_behind(self) -> Stack | None:
-        """The engine deployment behind the front: bare vLLM from this layer's environment, none of its options."""
-        return REGISTRY["vllm"](self.settings.model_copy(update={"options": {}}), venv=self.engine_venv)
+    def engine_behind(self, settings: DeploySettings | None = None) -> Stack | None:
+        """The engine deployment behind the front: bare vLLM from this layer's environment, none of its options
+        (settings: one replica's, where the front has several engines)."""
+        return REGISTRY["vllm"]((settings or self.settings).model_copy(update={"options": {}}), venv=self.engine_venv)
 
     def front_command(self, upstream: str) -> tuple[list[str], dict[str, str]]:
         """The front's command line and environment, given the engine's base URL."""
         raise NotImplementedError
+
+    def front_commands(self, upstreams: list[str]) -> tuple[list[str], dict[str, str]]:
+        """The front's command line and environment, given every engine's base URL: a layer that fronts several
+        (replicas_by = "layer") says how it takes them."""
+        if len(upstreams) != 1:
+            raise NotImplementedError(f"{self.kind} fronts one engine")
+        return self.front_command(upstreams[0])
+
+    def engines_behind(self) -> Stack | None:
+        """The engine behind the front, or `engine.replicas` of them as one ReplicaSet."""
+        if self.settings.engine.replicas == 1 or self.engine_behind() is None:
+            return self.engine_behind()
+        return ReplicaSet(self.settings, self.engine_behind)
 
     def ready_url(self) -> str:
         """Answers once the front serves (for most layers: once it sees its engine too)."""
@@ -48,7 +63,8 @@ class FrontedEngineStack(LocalServerStack):
         self.check_ports()
         if self.engine is not None:
             self.engine.deploy()
-            self.start(*self.front_command(self.engine.endpoint().base_url))
+            ep = self.engine.endpoint()
+            self.start(*self.front_commands(ep.spread or [ep.base_url]))
 
     def wait_ready(self, timeout: float, console: Console | None = None) -> float:
         assert self.proc is not None, "deploy() first"
@@ -82,6 +98,9 @@ class FrontedEngineStack(LocalServerStack):
     def metric_endpoints(self) -> dict[str, str]:
         """Where a user of the layer looks (its own port), and the engine's port behind it."""
         api = super().metric_endpoints()
+        if isinstance(self.engine, ReplicaSet):  # each engine's own: engine@0, engine@1, ...
+            return {**api, **{replica_name("engine", i): f"{r.endpoint().base_url}/metrics"
+                              for i, r in enumerate(self.engine.replicas)}}
         return {**api, "engine": f"{self.engine.endpoint().base_url}/metrics"} if self.engine is not None else api
 
     def log_locations(self) -> dict[str, Path]:
@@ -100,7 +119,7 @@ class FrontedEngineStack(LocalServerStack):
         return self.engine.verify_config() if self.engine is not None else super().verify_config()
 
     def baseline(self) -> Stack | None:
-        return self.engine_behind() if self.engine is not None else super().baseline()
+        return self.engines_behind() if self.engine is not None else super().baseline()
 
     def frontend(self) -> str | None:
         """The API server of the engine behind the front (the front is not vLLM's)."""

@@ -89,6 +89,20 @@ def test_impossible_gpu_requests_are_refused(fake_gpus, named, tp, message):
         gpus.devices_for(gpus.host_gpus(), named, tp)
 
 
+def test_replicas_take_runs_of_tensor_parallel_size_gpus_each(fake_gpus):
+    fake_gpus()
+    host = gpus.host_gpus()
+    devices = gpus.devices_for(host, None, 2, replicas=3)
+    assert devices == [0, 1, 2, 3, 4, 5]
+    assert gpus.replica_devices(devices, 3) == [[0, 1], [2, 3], [4, 5]]
+    assert gpus.replica_devices([], 2) == [[], []]
+    with pytest.raises(LayerbenchError, match=r"engine.replicas 3 × tensor_parallel_size 4 \(12 GPUs\) is more GPUs "
+                       "than are visible"):
+        gpus.devices_for(host, None, 4, replicas=3)
+    with pytest.raises(LayerbenchError, match="GPUS names 2 GPU"):
+        gpus.devices_for(host, [0, 1], 1, replicas=3)
+
+
 def test_gpus_on_a_host_without_any_are_refused(no_gpus):
     with pytest.raises(LayerbenchError, match="this host has none"):
         gpus.devices_for(None, [0], 1)

@@ -1,0 +1,63 @@
+"""What routing did, where a side has several engines (engine.replicas): the prefix-cache hit rate on each side, how
+evenly each side's engines were loaded, and the TTFT they answered with, per level; the first screen says it at the
+level where placement changed TTFT p95 the most."""
+
+from __future__ import annotations
+
+from harness.reporting.document import Table
+from harness.reporting.format import fmt, share_pct
+from harness.schemas import CompareSummary, LevelDelta, Routing, level_text
+
+
+def _several(s: CompareSummary) -> list[LevelDelta]:
+    return [lv for lv in s.levels if lv.baseline_routing is not None and lv.stack_routing is not None
+            and max(lv.baseline_routing.replicas, lv.stack_routing.replicas) > 1]
+
+
+def _ratio(v: float | None) -> str:
+    return "—" if v is None else f"{v:.2f}"
+
+
+def routing_lines(s: CompareSummary) -> list[str]:
+    """One sentence: at the level where TTFT p95 moved the most, the hit rates and the balance on both sides."""
+    levels = [lv for lv in _several(s) if lv.baseline_ttft_p95_ms and lv.stack_ttft_p95_ms is not None]
+    if not levels:
+        return []
+    lv = max(levels, key=lambda x: abs(x.stack_ttft_p95_ms - x.baseline_ttft_p95_ms))  # type: ignore[operator]
+    b, st = lv.baseline_routing, lv.stack_routing
+    assert b is not None and st is not None
+    open_loop = lv.rate is not None
+    change = 100 * (lv.stack_ttft_p95_ms - lv.baseline_ttft_p95_ms) / lv.baseline_ttft_p95_ms  # type: ignore[operator]
+    ttft = lv.endpoints.get("ttft_p95")
+    return [f"routing over {st.replicas} engines (the bare side: {b.replicas}, spread by the load client): at "
+            f"{level_text(lv.level, open_loop)} prefix-cache hits {share_pct(b.hit_rate)} → {share_pct(st.hit_rate)}, "
+            f"requests per engine max/mean {_ratio(b.imbalance)} → {_ratio(st.imbalance)}, requests held "
+            f"{_ratio(b.load_imbalance)} → {_ratio(st.load_imbalance)}; TTFT p95 "
+            f"{fmt(lv.baseline_ttft_p95_ms, '{:,.0f}')} → {fmt(lv.stack_ttft_p95_ms, '{:,.0f}')} ms ({change:+.0f}%"
+            + (f", {ttft.verdict}" if ttft is not None else "") + ")"]
+
+
+def _per_engine(r: Routing) -> str:
+    total = sum(r.requests)
+    shares = " / ".join(f"{x / total:.0%}" for x in r.requests) if total else "—"
+    held = " / ".join(fmt(x, "{:.1f}") for x in r.in_engine) if r.in_engine else "—"
+    return f"{shares} (held {held})"
+
+
+def routing_tables(s: CompareSummary) -> list[Table]:
+    levels = _several(s)
+    if not levels:
+        return []
+    rows = []
+    for lv in levels:
+        b, st = lv.baseline_routing, lv.stack_routing
+        assert b is not None and st is not None
+        rows.append([level_text(lv.level, lv.rate is not None), share_pct(b.hit_rate), share_pct(st.hit_rate),
+                     _per_engine(b), _per_engine(st), _ratio(b.imbalance), _ratio(st.imbalance),
+                     _ratio(b.load_imbalance), _ratio(st.load_imbalance)])
+    return [("Where the requests went", "Each side's engines read from their own counters over the measured windows: "
+             "the prefix-cache hit rate (hits over queries, in tokens, every engine), each engine's share of the "
+             "requests it finished and the requests it held on average (running and waiting, by Little's law from "
+             "its own latency histogram), and max/mean over the engines (1.00: even).",
+             ["level", "hits, bare", "hits, stack", "per engine, bare", "per engine, stack", "requests max/mean, bare",
+              "stack", "held max/mean, bare", "stack"], rows)]
