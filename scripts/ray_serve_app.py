@@ -25,6 +25,18 @@ def accelerator_type() -> str | None:
     return found if found in known else None
 
 
+def router_config(router: str | None) -> dict:
+    """deployment_config's request_router_config for the LLMServer replicas (None: Serve's default router). The
+    prefix-aware router's imbalanced_threshold defaults to infinity in its code (initialize_state in
+    ray/llm/_internal/serve/routing_policies/prefix_aware/prefix_aware_router.py, Ray 2.60.0): load would never
+    override a prefix match. 10 is set: above a gap of 10 queued requests between replicas it balances load first
+    (the threshold as docs.ray.io/en/latest/serve/llm/prefix-aware-request-router.html describes it)."""
+    if router is None:
+        return {}
+    return {"request_router_config": {"request_router_class": router,
+                                      "request_router_kwargs": {"imbalanced_threshold": 10}}}
+
+
 def main() -> int:
     cfg = json.loads(open(sys.argv[1]).read())
     import ray
@@ -50,7 +62,9 @@ def main() -> int:
         model_loading_config={"model_id": cfg["model_id"], "model_source": cfg["model_source"]},
         accelerator_config={"kind": "gpu" if cfg["gpu"] else "cpu"},
         accelerator_type=accelerator_type() if cfg["gpu"] else None,
-        deployment_config={"num_replicas": 1, "max_ongoing_requests": cfg["max_ongoing_requests"]},
+        deployment_config={"num_replicas": cfg.get("num_replicas", 1),
+                           "max_ongoing_requests": cfg["max_ongoing_requests"],
+                           **router_config(cfg.get("request_router"))},
         engine_kwargs=cfg["engine_kwargs"],
         experimental_configs={"stream_batching_interval_ms": cfg["stream_batching_interval_ms"]},
         log_engine_metrics=True,

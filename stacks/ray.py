@@ -79,7 +79,19 @@ def _read(path: Path) -> str:
         return ""
 
 
+# The LLMServer replicas' request router with engine.replicas above 1. Serve's default is
+# "ray.serve._private.request_router:PowerOfTwoChoicesRequestRouter" (ray/serve/_private/constants.py,
+# DEFAULT_REQUEST_ROUTER_PATH, Ray 2.60.0); Ray Serve LLM's prefix-aware one is
+# ray.serve.llm.request_router.PrefixCacheAffinityRouter (ray/serve/llm/request_router.py, stable in 2.60.0), set as
+# deployment_config.request_router_config.request_router_class (ray/serve/config.py, RequestRouterConfig)
+ROUTERS = {"power_of_two": None, "prefix_aware": "ray.serve.llm.request_router.PrefixCacheAffinityRouter"}
+ROUTER_SOURCE = "ray/serve/llm/request_router.py"
+
+
 class RayOptions(StackOptions):
+    request_router: Literal["power_of_two", "prefix_aware"] = Field(
+        "power_of_two", description="how Serve spreads requests over the LLMServer replicas (engine.replicas): "
+        "power_of_two, Serve's default; prefix_aware, Ray Serve LLM's PrefixCacheAffinityRouter")
     request_path: Literal["proxy", "haproxy", "direct"] = Field(
         "proxy", description="proxy: Serve's HTTP proxy -> OpenAiIngress -> LLMServer; haproxy: HAProxy in front of "
         "the ingress replicas; direct: HAProxy straight to the LLMServer's own vLLM app (no ingress hop, no "
@@ -90,6 +102,15 @@ class RayOptions(StackOptions):
                                       "effectively unbounded, a small value throttles the layer")
     stream_batching_interval_ms: float = Field(50.0, ge=0, description="Ray's default: several tokens per SSE event")
     num_cpus: int = Field(8, ge=1, description="logical CPUs given to Ray; the engine replica asks for 2")
+
+    @field_validator("request_router")
+    @classmethod
+    def _router_installed(cls, router: str) -> str:
+        roots = [sp for sp in sorted(ENGINE_VENV.glob("lib/python3*/site-packages")) if (sp / "ray").is_dir()]
+        if ROUTERS[router] and roots and "PrefixCacheAffinityRouter" not in _read(roots[0] / ROUTER_SOURCE):
+            raise ValueError(f"request_router={router} needs {ROUTERS[router]}, which the Ray in the engine "
+                             "environment lacks (Ray 2.60 has it; `make setup-ray` installs the locked one)")
+        return router
 
     @field_validator("request_path")
     @classmethod
@@ -115,6 +136,7 @@ class RayStack(LocalServerStack):
     k8s_form = "harness.targets.k8s.render_ray:render_ray"
     k8s_crds = (("ray.io", "RayService", "v1"),)
     in_request_path = True
+    replicas_by = "layer"  # engine.replicas LLMServer replicas, spread by request_router
     description = "Ray Serve LLM (proxy -> OpenAiIngress -> LLMServer) on a private local Ray"
     server_name = "Ray Serve"
     replaces_frontend = ("vLLM's OpenAI API server: requests enter through Ray Serve's HTTP proxy and its "
@@ -165,7 +187,8 @@ class RayStack(LocalServerStack):
                 "model_id": self.settings.served_model_name, "model_source": model,
                 "gpu": bool(self.settings.devices), "max_ongoing_requests": o.max_ongoing_requests,
                 "ingress_replicas": o.ingress_replicas, "stream_batching_interval_ms": o.stream_batching_interval_ms,
-                "request_path": o.request_path,
+                "request_path": o.request_path, "num_replicas": self.settings.engine.replicas,
+                "request_router": ROUTERS[o.request_router] if self.settings.engine.replicas > 1 else None,
                 "engine_kwargs": {**kwargs, **({"revision": revision} if revision else {})}}
 
     def engine_plan(self) -> dict:

@@ -1,7 +1,7 @@
 """vLLM's router (`vllm-router`, the vLLM project's Rust load balancer, from scripts/setup_vllm-router.sh into
-.venv-vllm-router) in front of a bare vLLM, as one worker. It passes the engine's SSE stream through byte for
-byte; its routing policy is an option. Retries and the circuit breaker are off, so a failed request is counted as
-one instead of being retried out of sight.
+.venv-vllm-router) in front of bare vLLM: one worker, or `engine.replicas` of them. It passes the engine's SSE
+stream through byte for byte; its routing policy is an option. Retries and the circuit breaker are off, so a failed
+request is counted as one instead of being retried out of sight.
 
 Its Prometheus metrics (`vllm_router_*`) are on a port of their own; its serving port has no `/metrics`, and the
 engine's `vllm:*` families stay on the bare vLLM's port behind it."""
@@ -23,8 +23,12 @@ IMAGE = "vllm/vllm-router:v0.1.17"  # the version the local stack pins
 
 
 class RouterOptions(StackOptions):
-    # power_of_two needs two workers and kv_aware the engine's KV events: neither applies in front of one engine
-    policy: Literal["cache_aware", "round_robin", "random", "consistent_hash", "sticky_least_loaded"] = Field(
+    # vllm-router 0.1.17's --policy choices (vllm_router/router_args.py, its `choices`): random, round_robin,
+    # cache_aware, kv_aware, power_of_two, consistent_hash, sticky_least_loaded. kv_aware needs the engines' KV events
+    # (its --kv-event-* flags), which layerbench does not wire; power_of_two needs two workers (its
+    # docs/cli_reference.md, "Routing policies"): refused in front of one engine
+    policy: Literal["cache_aware", "round_robin", "random", "consistent_hash", "sticky_least_loaded",
+                    "power_of_two"] = Field(
         "cache_aware", description="the router's policy (its --policy; cache_aware is its own default)")
     image: str | None = Field(None, min_length=1,
                               description=f"k8s target: the layer's image (default {IMAGE}, the version pinned here)")
@@ -36,36 +40,47 @@ class VllmRouterStack(FrontedEngineStack):
     description = "vLLM's Rust router (vllm-router 0.1.17) in front of bare vLLM"
     server_name = "vllm-router"
     front_role = "vllm-router"
+    replicas_by = "layer"  # every engine a worker: --worker-urls U1 U2 ...
     Options = RouterOptions
     options: RouterOptions
     k8s_form = "harness.targets.k8s.render_vllm_router:render_k8s"
 
     def __init__(self, settings: DeploySettings, port: int | None = None):
         super().__init__(settings, port)
+        if self.options.policy == "power_of_two" and settings.engine.replicas < 2:
+            from harness.errors import LayerbenchError
+
+            raise LayerbenchError("stack vllm-router: option policy power_of_two needs at least two workers "
+                                  "(vllm-router's own rule): set engine.replicas 2 or more (REPLICAS=2)")
         self.metrics_port = free_port()
 
     def ports(self) -> list[int]:
         return [self.port, self.metrics_port]
 
-    def args(self, upstream: str, host: str, port: int, metrics_port: int) -> list[str]:
-        return ["--host", host, "--port", str(port), "--worker-urls", upstream, "--policy", self.options.policy,
+    def args(self, upstreams: list[str], host: str, port: int, metrics_port: int) -> list[str]:
+        # --worker-urls takes every worker after one flag (nargs="*" in vllm_router/router_args.py, 0.1.17): a
+        # repeated flag would keep only its last list
+        return ["--host", host, "--port", str(port), "--worker-urls", *upstreams, "--policy", self.options.policy,
                 "--prometheus-host", host, "--prometheus-port", str(metrics_port), "--log-level", "info",
                 "--worker-startup-check-interval", "1", "--disable-retries", "--disable-circuit-breaker"]
 
     def front_command(self, upstream: str) -> tuple[list[str], dict[str, str]]:
+        return self.front_commands([upstream])
+
+    def front_commands(self, upstreams: list[str]) -> tuple[list[str], dict[str, str]]:
         exe = ROUTER_VENV / "bin" / "vllm-router"
         if not exe.exists():
             from harness.errors import LayerbenchError
 
             raise LayerbenchError(f"vllm-router is not installed ({exe} missing): run `make setup-vllm-router`")
-        return [str(exe), *self.args(upstream, "127.0.0.1", self.port, self.metrics_port)], {}
+        return [str(exe), *self.args(upstreams, "127.0.0.1", self.port, self.metrics_port)], {}
 
     def ready_url(self) -> str:
         return f"{self.endpoint().base_url}/health"
 
     def metric_endpoints(self) -> dict[str, str]:
-        engine = super().metric_endpoints()["engine"]
-        return {"router_metrics": f"http://127.0.0.1:{self.metrics_port}/metrics", "engine": engine}
+        engines = {k: v for k, v in super().metric_endpoints().items() if k != "api"}  # engine, or engine@0, ...
+        return {"router_metrics": f"http://127.0.0.1:{self.metrics_port}/metrics", **engines}
 
     def layer_metrics(self) -> tuple[LayerMetric, ...]:
         # vllm_router_request_duration_seconds: a histogram by `route`, "End-to-end request latency" (vllm-router's

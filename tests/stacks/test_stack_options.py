@@ -66,7 +66,8 @@ def test_unknown_option_is_refused_with_the_known_ones():
 def test_good_values_arrive_typed():
     ray = build("ray", ingress_replicas=3, stream_batching_interval_ms=0, port=18000)
     assert ray.options.ingress_replicas == 3 and ray.options.stream_batching_interval_ms == 0.0
-    assert ray.port == 18000 and ray.opts == {"request_path": "proxy", "ingress_replicas": 3,
+    assert ray.port == 18000 and ray.opts == {"request_router": "power_of_two", "request_path": "proxy",
+                                              "ingress_replicas": 3,
                                               "max_ongoing_requests": 1_000_000_000,
                                               "stream_batching_interval_ms": 0.0, "num_cpus": 8}
     # `--opt` guesses numbers; a text field gets the text back
@@ -76,7 +77,7 @@ def test_good_values_arrive_typed():
 
 def test_allowed_options_come_from_the_models():
     assert get_stack("ray").allowed_options() == {"port", "request_path", "ingress_replicas", "max_ongoing_requests",
-                                                  "stream_batching_interval_ms", "num_cpus"}
+                                                  "stream_batching_interval_ms", "num_cpus", "request_router"}
     assert get_stack("vllm").allowed_options() == {"port"}
     assert get_stack("triton").allowed_options() == {"port", "report_engine_metrics"}
     assert get_stack("endpoint").allowed_options() == {"protocol", "model", "metric_endpoints", "aliases",

@@ -51,7 +51,7 @@ def test_its_metrics_port_is_audited_and_its_serving_port_declared_without_metri
     assert router(port=18123).port == 18123 and get_stack("vllm-router")(DeploySettings(), 18124).port == 18124
 
 
-@pytest.mark.parametrize(("option", "value", "why"), [("policy", "power_of_two", "'cache_aware'"),
+@pytest.mark.parametrize(("option", "value", "why"), [("policy", "power_of_two", "needs at least two workers"),
                                                       ("policy", "kv_aware", "'round_robin'"), ("image", "", "")])
 def test_bad_options_are_refused(option, value, why):
     with pytest.raises(LayerbenchError, match=f"stack vllm-router: option {option}.*{why}"):

@@ -32,7 +32,7 @@ def render_k8s(stack: Stack, cs: Any, run_id: str, label: str) -> Any:
     dep["spec"]["replicas"] = cs.replicas
     pod = dep["spec"]["template"]
     pod["metadata"]["labels"] = mine
-    pod["spec"]["containers"][0].update(args=stack.args(engine.url, "0.0.0.0", PORT, METRICS_PORT),
+    pod["spec"]["containers"][0].update(args=stack.args([engine.url], "0.0.0.0", PORT, METRICS_PORT),
                                         resources=resources(cs.front_cpu, cs.front_memory),
                                         securityContext=container_security())
     svc = template("vllm-router/service.yaml", name=name, namespace=cs.namespace, port=PORT,
