@@ -1,4 +1,4 @@
-"""vLLM's router as a stack: one worker (the bare vLLM behind it), loopback on both of its ports, retries and
+"""vLLM's router as a stack: one worker (the bare vLLM behind it) or several, loopback on both of its ports, retries and
 the circuit breaker off, its policy a typed option, its metrics port audited and its serving port declared
 without /metrics, and its k8s form passing the validators."""
 
@@ -80,3 +80,53 @@ def test_the_k8s_form_routes_to_the_engine_service_and_passes_the_validators():
     job = json.dumps(side.load_job)  # the load Job scrapes the router's metrics port and the engine's
     assert "router_metrics=http://lb-stack-vllm-router-abc123.layerbench.svc.cluster.local:29000/metrics" in job
     assert "api=" not in job
+
+
+class _RouterOverSims(get_stack("vllm-router")):  # type: ignore[misc, valid-type]
+    """The real router in front of reference engines (an engine that starts in a second) instead of vLLM."""
+
+    kind = "vllm-router-over-sim"
+
+    def engine_behind(self, settings=None):
+        from stacks.sim import SimStack
+
+        s = settings or self.settings
+        return SimStack(s.model_copy(update={"options": {"ttft_ms": 5, "itl_ms": 1}}))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["round_robin", "cache_aware"])
+def test_the_real_router_spreads_over_every_worker_by_its_policy(tmp_path, policy):
+    import asyncio
+
+    import httpx
+
+    from harness.load.client import RequestRecord, StreamClient
+    from harness.profile.schema import EngineSettings
+    from stacks.vllm_router import ROUTER_VENV
+
+    if not (ROUTER_VENV / "bin" / "vllm-router").exists():
+        pytest.fail("vllm-router is not installed: make setup-vllm-router (make test installs it)")
+    settings = DeploySettings(engine=EngineSettings(replicas=2), log_dir=tmp_path, options={"policy": policy})
+    with _RouterOverSims(settings) as r:
+        r.deploy()
+        r.wait_ready(60)
+        ep = r.endpoint()
+        client = StreamClient(ep.base_url, ep.model, max_tokens=4)
+        group = "a1b2c3d4e5f60718 " + "one shared prefix of words " * 8
+
+        async def send(prompts: list[str]) -> list[RequestRecord]:
+            conn = client.connection()
+            recs = [RequestRecord(level=1, index=i) for i in range(len(prompts))]
+            for p, rec in zip(prompts, recs, strict=True):
+                await client.measure(conn, p, rec)
+            conn.close()
+            return recs
+
+        recs = asyncio.run(send([f"{group} {i}" for i in range(8)]))
+        assert all(rec.ok and rec.output_tokens == 4 for rec in recs), recs
+        served = sorted(httpx.get(f"{e.endpoint().base_url}/sim/stats").json()["requests"] for e in r.engine.replicas)
+        # round_robin: in turn over both workers; cache_aware: one prefix stays where it went first
+        assert served == ([4, 4] if policy == "round_robin" else [0, 8]), served
+        metrics = httpx.get(r.metric_endpoints()["router_metrics"]).text
+        assert "vllm_router_" in metrics
