@@ -23,6 +23,7 @@ from pydantic import Field, field_validator
 from rich.console import Console
 
 from harness.errors import LayerbenchError
+from harness.host.gpus import replica_devices
 from harness.redact import redact_tree, secret_values
 from harness.schemas import LayerMetric
 from stacks.base import ENGINE_VENV, DeploySettings, StackOptions, register
@@ -194,8 +195,11 @@ class RayStack(LocalServerStack):
     def engine_plan(self) -> dict:
         cfg = self.driver_config()
         devices = cfg["env"].get("CUDA_VISIBLE_DEVICES")
-        return {**settings_from_kwargs({**cfg["engine_kwargs"], "model": cfg["model_source"]}),
-                "devices": [int(d) for d in devices.split(",")] if devices else []}
+        listed = [int(d) for d in devices.split(",")] if devices else []
+        n = self.settings.engine.replicas  # Ray places its LLMServer replicas on these itself, tp GPUs each
+        more = {"replicas": n, "replica_devices": replica_devices(listed, n)} if n > 1 else {}
+        return {**settings_from_kwargs({**cfg["engine_kwargs"], "model": cfg["model_source"]}), "devices": listed,
+                **more}
 
     def ports(self) -> list[int]:
         return [self.port, self.metrics_port]

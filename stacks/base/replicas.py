@@ -107,7 +107,8 @@ class ReplicaSet(Stack):
         plans = [r.engine_plan() for r in self.replicas]
         if plans[0] is None:
             return None
-        return {**plans[0], "replicas": len(plans), "replica_devices": [p.get("devices") for p in plans if p]}
+        return {**plans[0], "devices": list(self.settings.devices), "replicas": len(plans),
+                "replica_devices": [p.get("devices") for p in plans if p]}
 
     def verify_config(self) -> AppliedConfig:
         """The first replica's applied settings, once every replica is shown to have the same."""

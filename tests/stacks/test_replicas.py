@@ -130,3 +130,14 @@ def test_fewer_prefix_groups_than_replicas_is_warned(tmp_path, write_profile, ca
     assert rc == 0
     err = " ".join(capsys.readouterr().err.split())
     assert "1 shared-prefix group for 2 replicas" in err, err
+
+
+@pytest.mark.parametrize("kind", ["ray", "vllm-router", "litellm", "envoy"])
+def test_a_router_and_its_n_bare_engines_plan_the_same_engine_settings(tmp_path, kind):
+    from harness.procedures.dryrun import _differences, _side
+
+    stack = build_stack(get_stack(kind), DeploySettings(engine=EngineSettings(replicas=2), log_dir=tmp_path))
+    base = stack.baseline()
+    assert isinstance(base, ReplicaSet) and len(base.replicas) == 2
+    sides = [_side("baseline", base), _side("stack", stack)]
+    assert sides[1]["engine"]["replicas"] == 2 and _differences(sides) == []
