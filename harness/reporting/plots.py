@@ -1,7 +1,8 @@
 """A compare report's PNG plots, presentation only (harness/reporting/report.py writes the rest), in the order a reader
 needs them: the throughput delta with its 95% interval (the answer), throughput and TTFT p95 per level with every
-repeat's value beside the mean (the spread), goodput in %, the throughput-vs-TTFT trade-off, in an open loop
-latency against the offered rate, then the detail: each level's TTFT distribution and where the CPU went.
+repeat's value beside the mean (the spread), goodput in %, the throughput-vs-TTFT trade-off, where a side has
+several engines their prefix-cache hit rate and load, in an open loop latency against the offered rate, then the
+detail: each level's TTFT distribution and where the CPU went.
 
 Closed-loop levels are concurrencies (log2 axis); open-loop levels are offered rates (linear axis), and their
 latencies count from each request's scheduled send time. The SLO bound is drawn on latency plots when the
@@ -108,6 +109,28 @@ class LevelFigure:
     ylim: tuple[float, float] | None = None
 
 
+def routing_series(s: CompareSummary, side: str, key: str) -> Series:
+    """One side's routing figure per level (LevelDelta.<side>_routing: hit_rate in %, imbalance, load_imbalance)."""
+    out: Series = []
+    for lv in s.levels:
+        r = getattr(lv, f"{side}_routing", None)
+        v = getattr(r, key) if r is not None else None
+        out.append((lv.level, 100 * v if v is not None and key == "hit_rate" else v, []))
+    return out
+
+
+def _routing(cv: Canvas, s: CompareSummary, names: tuple[str, str]) -> None:
+    """Where a side has several engines: each side's prefix-cache hit rate, and how unevenly its engines held
+    requests, per level, beside the deltas."""
+    if not any(r is not None and r.replicas > 1 for lv in s.levels for r in (lv.baseline_routing, lv.stack_routing)):
+        return
+    _levels(cv, s, names, LevelFigure("prefix_hits.png", "Prefix-cache hit rate (every engine's own counters)", "%",
+                                      ylim=GOODPUT_YLIM), {side: routing_series(s, side, "hit_rate") for side in SIDES})
+    _levels(cv, s, names, LevelFigure("engine_load.png", "Requests held per engine: the busiest over the mean",
+                                      "max / mean (1: even)"),
+            {side: routing_series(s, side, "load_imbalance") for side in SIDES})
+
+
 def _data_max(*all_series: Series) -> float | None:
     vals = [v for ser in all_series for _, m, reps in ser for v in (m, *reps) if v is not None]
     return max(vals) if vals else None
@@ -135,6 +158,7 @@ def plots(s: CompareSummary, out: Path, ttfts: dict[str, dict[float, list[float]
         _levels(cv, s, names, LevelFigure("goodput.png", "Goodput (requests within the SLO)", "% of sent requests",
                                           "goodput", ylim=GOODPUT_YLIM))
         _tradeoff(cv, s, names, ttft_slo)
+        _routing(cv, s, names)
         if s.open_loop:
             _latency_vs_rate(cv, s, names, ttft_slo, slo.e2e_s * 1e3 if slo else None)
         if ttfts:

@@ -60,6 +60,8 @@ def test_cache_aware_routing_recovers_the_configured_prefix_gain(tmp_path, write
     first = md.split("## ")[0]  # the first screen says what routing did
     assert "routing over 2 engines" in first and "prefix-cache hits" in first and "gain" in first
     assert "## Where the requests went" in md
+    report = next((tmp_path / "reports").iterdir())
+    assert (report / "prefix_hits.png").stat().st_size > 0 and (report / "engine_load.png").stat().st_size > 0
 
 
 def test_round_robin_routing_gains_nothing(tmp_path, write_profile):
