@@ -137,12 +137,15 @@ def prepare(args: argparse.Namespace, command: str, profile: LoadProfile | None 
     from harness.analysis.cost import price
     from harness.results import new_run_id
     from stacks.base import get_stack, parse_options
-    from stacks.base.replicas import build_stack
+    from stacks.base.replicas import build_stack, check_replicas
 
     cost = price(getattr(args, "gpu_hourly_usd", None))
     stack_cls = get_stack(args.stack)  # an unknown stack is refused before the profile's dtype is timed (3 s)
     stack_cls.checked_options(parse_options(getattr(args, "opt", None)))  # and a bad option too
     profile = profile or profile_for(args)
+    # before the model is resolved (it may be downloaded) or the GPUs are chosen
+    check_replicas(stack_cls, profile.engine.replicas, getattr(args, "target", "local"), {
+        **parse_options(getattr(args, "opt", None)), **({"port": args.port} if getattr(args, "port", None) else {})})
     run_id = run_id or new_run_id(args.stack if command == "run" else f"{command}-{args.stack}")
     results = Path(args.results_dir)
     stack = build_stack(stack_cls, settings_for(args, profile, results / run_id / "logs"))

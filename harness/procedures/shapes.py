@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from harness.errors import LayerbenchError
 from harness.profile.schema import LoadProfile, problems
 from stacks.base import DeploySettings, Stack
+from stacks.base.replicas import build_stack
 
 SHAPES_MAX = 16
 
@@ -44,7 +45,7 @@ def plan_shapes(spec: str, stack_cls: type[Stack], settings: DeploySettings, pro
                                                  "input_tokens": shape[0], "output_tokens": shape[1]})
         except ValidationError as e:
             raise LayerbenchError(f"shape {name}: {problems(e)}") from None
-        stack = stack_cls(settings)
+        stack = build_stack(stack_cls, settings)
         base = stack.baseline()
         if base is None:
             raise LayerbenchError(f"stack {stack_cls.kind} names no baseline to measure its shapes against")

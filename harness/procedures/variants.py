@@ -18,8 +18,10 @@ from harness.profile.schema import EngineSettings, LoadProfile
 from harness.schemas import LevelDelta, RunSummary
 from harness.schemas.sweep import Effect, Kind, Point, ShapeGap, SweepSummary
 from stacks.base import DeploySettings, Stack
+from stacks.base.replicas import build_stack
 
-SETTINGS = sorted(set(EngineSettings.model_fields) - {"extra_args"})
+# replicas and their spread are not swept: the GPUs each deployment may use were chosen for the profile's count
+SETTINGS = sorted(set(EngineSettings.model_fields) - {"extra_args", "replicas", "baseline_spread"})
 
 
 def parse_values(spec: str, what: str) -> tuple[str, list[str]]:
@@ -62,9 +64,10 @@ def plan(kind: Kind, spec: str, stack_cls: type[Stack], settings: DeploySettings
         try:
             if kind == "setting":
                 engine = EngineSettings.model_validate({**settings.engine.model_dump(), key: _typed(raw)})
-                stack = stack_cls(settings.model_copy(update={"engine": engine}))
+                stack = build_stack(stack_cls, settings.model_copy(update={"engine": engine}))
             else:
-                stack = stack_cls(settings.model_copy(update={"options": {**settings.options, key: _typed(raw)}}))
+                stack = build_stack(stack_cls, settings.model_copy(update={"options": {**settings.options,
+                                                                                        key: _typed(raw)}}))
         except ValidationError as e:
             raise LayerbenchError(f"{key}={raw} is not a valid engine setting: "
                                   + "; ".join(x["msg"] for x in e.errors())) from None

@@ -33,9 +33,11 @@ def replica_name(name: str, index: int) -> str:
 
 
 def each_settings(settings: DeploySettings) -> list[DeploySettings]:
-    """One DeploySettings per replica: the side's, with the replica's own GPUs."""
+    """One DeploySettings per replica: the side's, with the replica's own GPUs, as one engine (replicas 1)."""
     n = settings.engine.replicas
-    return [settings.model_copy(update={"devices": d}) for d in replica_devices(list(settings.devices), n)]
+    one = settings.engine.model_copy(update={"replicas": 1})
+    return [settings.model_copy(update={"devices": d, "engine": one})
+            for d in replica_devices(list(settings.devices), n)]
 
 
 class ReplicaSet(Stack):
@@ -127,7 +129,12 @@ class ReplicaSet(Stack):
         """N of the first replica's baseline (the reference engine is its own: an A/A)."""
         if self.replicas[0].baseline() is self.replicas[0]:
             return self
-        return ReplicaSet(self.settings, lambda s: self.make(s).baseline() or self.make(s))
+
+        def bare(s: DeploySettings) -> Stack:
+            made = self.make(s)
+            return made.baseline() or made
+
+        return ReplicaSet(self.settings, bare)
 
     def frontend(self) -> str | None:
         """The vLLM API server every replica runs (stacks.base.engine_frontend)."""
@@ -145,17 +152,32 @@ class ReplicaSet(Stack):
                 "spread": self.settings.engine.baseline_spread}
 
 
+def check_replicas(cls: type[Stack], replicas: int, target: str, options: dict) -> None:
+    """LayerbenchError, before anything is deployed or resolved, where `replicas` engines cannot be deployed as
+    asked: a stack that cannot front several, a target that does not deploy them yet, or one port for N engines."""
+    if replicas == 1:
+        return
+    if not cls.replicas_by:
+        raise LayerbenchError(f"stack {cls.kind} cannot front several engines (engine.replicas {replicas}): it runs "
+                              f"one engine in a server of its own; use replicas 1, or a stack that routes "
+                              f"({fronting()})")
+    if target != "local":
+        raise LayerbenchError(f"engine.replicas {replicas}: the {target} target deploys one engine a side yet; run "
+                              "it on this host (the local target), or set replicas 1")
+    if cls.replicas_by == "client" and options.get("port"):
+        raise LayerbenchError(f"--port / --opt port with engine.replicas {replicas}: each of the {replicas} engines "
+                              "listens on a free port of its own; remove the port")
+
+
 def build_stack(cls: type[Stack], settings: DeploySettings) -> Stack:
     """The deployment of stack `cls` with `settings.engine.replicas` engines: the stack itself for one; N bare
-    engines (`replicas_by == "client"`) or the layer fronting N (`"layer"`) for more; refused for a stack that
-    cannot front several engines."""
+    engines (`replicas_by == "client"`) or the layer fronting N (`"layer"`) for more; refused (check_replicas)
+    where that cannot be."""
     n = settings.engine.replicas
+    check_replicas(cls, n, settings.target, settings.options)
     if n == 1 or cls.replicas_by == "layer":
         return cls(settings)
-    if cls.replicas_by == "client":
-        return ReplicaSet(settings, cls)
-    raise LayerbenchError(f"stack {cls.kind} cannot front several engines (engine.replicas {n}): it runs one engine "
-                          f"in a server of its own; use replicas 1, or a stack that routes ({fronting()})")
+    return ReplicaSet(settings, cls)
 
 
 def fronting() -> str:
