@@ -49,23 +49,31 @@ def _merge(name: str, parts: dict[int, dict]) -> dict:
 
 
 def merged(scrapes: Iterable[dict]) -> list[dict]:
-    """`scrapes` with each round of `<name>@<i>` scrapes (one scrape of every replica, written one after the
-    other) merged into one scrape of `<name>`; any other endpoint's scrapes as they are."""
-    out: list[dict] = []
-    rounds: dict[str, dict[int, dict]] = {}
+    """`scrapes` with each round of `<name>@<i>` scrapes (one scrape of every replica) merged into one scrape of
+    `<name>`, in the order each round began; any other endpoint's scrapes as they are. A round is the scrapes
+    tagged with one `round` (harness.load.scraper); untagged ones (older files) are grouped as written, a round
+    ending where a replica comes again."""
+    out: list[dict | tuple[str, str]] = []
+    rounds: dict[tuple[str, str], dict[int, dict]] = {}
+    untagged: dict[str, int] = {}
     for s in scrapes:
         named = split_name(s.get("endpoint", ""))
         if named is None:
             out.append(s)
             continue
         name, i = named
-        current = rounds.setdefault(name, {})
-        if i in current:  # the next round began
-            out.append(_merge(name, current))
-            current = rounds[name] = {}
-        current[i] = s
-    out.extend(_merge(name, parts) for name, parts in rounds.items() if parts)
-    return out
+        tag = s.get("round")
+        if tag is None:  # written one round after the other: a replica seen again starts the next
+            n = untagged.setdefault(name, 0)
+            if i in rounds.get((name, f"untagged:{n}"), {}):
+                n = untagged[name] = n + 1
+            tag = f"untagged:{n}"
+        key = (name, str(tag))
+        if key not in rounds:
+            rounds[key] = {}
+            out.append(key)  # the merged scrape takes the place where its round began
+        rounds[key][i] = s
+    return [_merge(x[0], rounds[x]) if isinstance(x, tuple) else x for x in out]
 
 
 def _sum(samples: dict[str, float], family: str, renames: tuple[str, ...]) -> float | None:
@@ -78,8 +86,10 @@ def _sum(samples: dict[str, float], family: str, renames: tuple[str, ...]) -> fl
     return None
 
 
-def loads(scrapes: Iterable[dict], renames: tuple[str, ...] = ()) -> list[ReplicaLoad]:
-    """Each replica's share of one level, from its edge scrapes (the first and the last good one)."""
+def loads(scrapes: Iterable[dict], renames: tuple[str, ...] = (), window_s: float | None = None
+          ) -> list[ReplicaLoad]:
+    """Each replica's share of one level, from its edge scrapes (the first and the last good one); window_s: the
+    measured window's length, which requests held are averaged over (default: the time between the edges)."""
     by_replica: dict[str, list[dict]] = {}
     for s in scrapes:
         if s.get("ok") and split_name(s.get("endpoint", "")) is not None:
@@ -90,7 +100,7 @@ def loads(scrapes: Iterable[dict], renames: tuple[str, ...] = ()) -> list[Replic
         if len(edges) < 2:
             continue
         a, b = edges[0], edges[-1]
-        window = b["t"] - a["t"]
+        window = window_s or b["t"] - a["t"]
         load = ReplicaLoad(replica=endpoint)
         for key, fam in COUNTED.items():
             x, y = _sum(a["samples"], fam, renames), _sum(b["samples"], fam, renames)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from harness.analysis.replicas import loads, merged
+from harness.analysis.replicas import loads, merged, split_name
 from harness.analysis.vllm_metrics import COUNTERS, GAUGES, HISTOGRAMS, STEP_TOKENS, aliases
 from harness.schemas import LayerMetric, ServerLevelMetrics
 
@@ -57,12 +57,16 @@ def engine_latency(scrapes: list[dict], renames: tuple[str, ...] = ()
 
 
 def summarise(scrapes: Iterable[dict], renames: tuple[str, ...] = (),
-              layer: tuple[LayerMetric, ...] = ()) -> ServerLevelMetrics:
+              layer: tuple[LayerMetric, ...] = (), window_s: float | None = None) -> ServerLevelMetrics:
     """renames: the prefixes the stack puts in place of `vllm:` (Stack.metric_aliases); layer: the layer's own
-    figures its stack declares (Stack.layer_metrics)."""
+    figures its stack declares (Stack.layer_metrics); window_s: the measured window's length (per engine, the
+    requests it held are averaged over it)."""
     raw = list(scrapes)
-    scrapes = merged(raw)  # several engines of one side (engine@0, engine@1, ...) read as one
-    out = ServerLevelMetrics(replicas=loads(raw, renames))
+    # several engines of one side (engine@0, engine@1, ...) are read as one, and alone: a layer's endpoint that
+    # passes one engine's metrics through (the reference proxy's, to its first engine) would mix with their sum
+    engines = [s for s in raw if split_name(s.get("endpoint", "")) is not None]
+    scrapes = merged(engines) if engines else raw
+    out = ServerLevelMetrics(replicas=loads(raw, renames, window_s))
     means = _histogram_means(scrapes, renames)
     out.engine_ttft_ms, out.engine_e2e_ms, out.engine_requests = (
         means.get("engine_ttft_ms"), means.get("engine_e2e_ms"), means.get("engine_e2e_n"))
@@ -75,11 +79,23 @@ def summarise(scrapes: Iterable[dict], renames: tuple[str, ...] = (),
     # a layer's counters keyed by family and match: two figures may read one family in different label sets
     layer_counters = {f"layer:{f}|{m.match}": (f, m.match) for m in layer for f in (m.family, m.per)
                       if f and m.how != "peak"}
-    for s in scrapes:
+    for s in raw:
         out.scrapes += 1
         if not s["ok"]:
             out.gaps += 1
             out.gap_reasons[s["reason"]] = out.gap_reasons.get(s["reason"], 0) + 1
+            continue
+        samples = s["samples"]
+        for key, (fam, match) in layer_counters.items():
+            if (v := _sum_family(samples, fam, (), match)) is not None:
+                firsts.setdefault(key, v)
+                lasts[key] = v
+        for m in layer:  # a peak of the level is read during it: a window's edge scrape sees it idle
+            if m.how == "peak" and s.get("phase") is None and \
+                    (v := _sum_family(samples, m.family, (), m.match)) is not None:
+                peaks[m.key] = max(peaks.get(m.key, v), v)
+    for s in scrapes:  # the engine's families: its own endpoint's, or every engine's merged round by round
+        if not s["ok"]:
             continue
         samples = s["samples"]
         for key, fam in GAUGES.items():
@@ -91,14 +107,6 @@ def summarise(scrapes: Iterable[dict], renames: tuple[str, ...] = (),
             if (v := _sum_family(samples, fam, renames)) is not None:
                 firsts.setdefault(key, v)
                 lasts[key] = v
-        for key, (fam, match) in layer_counters.items():
-            if (v := _sum_family(samples, fam, (), match)) is not None:
-                firsts.setdefault(key, v)
-                lasts[key] = v
-        for m in layer:  # a peak of the level is read during it: a window's edge scrape sees it idle
-            if m.how == "peak" and s.get("phase") is None and \
-                    (v := _sum_family(samples, m.family, (), m.match)) is not None:
-                peaks[m.key] = max(peaks.get(m.key, v), v)
     delta = {key: lasts[key] - firsts[key] for key in lasts}
     for key in COUNTERS:
         if key in delta:

@@ -13,8 +13,10 @@ text); the loop never stops on its own."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import multiprocessing as mp
+import os
 import re
 import sys
 import time
@@ -104,15 +106,22 @@ def _scrape(client: httpx.Client, name: str, url: str) -> Scrape:
     return Scrape(now, name, url, True, status=200, families=families, samples=samples, dur_ms=dur_ms)
 
 
+_ROUNDS = itertools.count()
+
+
 def _scrape_all(client: httpx.Client, endpoints: dict[str, str], out, tags: dict, level: float | None,
                 phase: str | None) -> None:
+    """One round: every endpoint once, each line tagged with the round (the writing process and its count), so the
+    scrapes of several engines are read as one engine round by round, also where the interval poller's rounds and
+    the window edges' interleave in the file (harness.analysis.replicas.merged)."""
+    round_id = f"{os.getpid()}:{next(_ROUNDS)}"
     for name, url in endpoints.items():
         try:
             s = scrape_once(client, name, url)
         except Exception as e:  # never die silently: anything unexpected is a gap too
             s = Scrape(time.time(), name, url, False, reason=f"scraper error: {e!r}"[:200])
         s.level, s.phase = level, phase
-        out.write(json.dumps({**s.to_json(), **tags}, separators=(",", ":")) + "\n")
+        out.write(json.dumps({**s.to_json(), "round": round_id, **tags}, separators=(",", ":")) + "\n")
         out.flush()
 
 

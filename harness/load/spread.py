@@ -15,8 +15,9 @@ from typing import Literal
 from harness.load.client import RequestRecord, StreamClient
 from harness.load.http1 import Connection
 
-# about one KV block: vLLM's default block is 16 tokens, and a prompt's first characters run at least one a token
-# (harness.load.prompts.PREFIX_HEX); the reference engine keys its cache by its first 64 characters too
+# about one KV block or more: vLLM's block is 16 tokens where the platform does not choose
+# (CacheConfig.DEFAULT_BLOCK_SIZE, vllm/config/cache.py, vLLM 0.32.0), a prompt's first characters run at least
+# one a token (harness.load.prompts.PREFIX_HEX), and the reference engine keys its cache by its first 64 characters
 HASH_CHARS = 64
 
 
@@ -35,10 +36,12 @@ class SpreadClient:
     """N clients of one protocol, one per engine, measured as one: `measure` picks the engine and records which
     (RequestRecord.replica)."""
 
-    def __init__(self, clients: list[StreamClient], by: Literal["round_robin", "hash"]):
+    def __init__(self, clients: list[StreamClient], by: Literal["round_robin", "hash"], start: int = 0):
+        """start: where this load process's turns begin (its index among the side's load processes), so several
+        processes' in-turn spreads interleave instead of sending their first requests to one engine together."""
         self.clients, self.by = clients, by
         self.protocol, self.max_tokens = clients[0].protocol, clients[0].max_tokens
-        self.turn = 0
+        self.turn = start
 
     @property
     def keep_text(self) -> bool:
@@ -75,12 +78,13 @@ class SpreadClient:
         return await self.clients[i].measure(conn.parts[i], prompt, rec, max_tokens)
 
 
-def client_for(clients: dict, endpoint: tuple[str, str, str], spread: tuple[list[str], str], **kwargs):
+def client_for(clients: dict, endpoint: tuple[str, str, str], spread: tuple[list[str], str], start: int = 0,
+               **kwargs):
     """The client of `endpoint` (base_url, model, protocol) from `clients` (protocol -> class), or a SpreadClient
-    over spread's base URLs, each picked by spread's rule."""
+    over spread's base URLs, each picked by spread's rule (start: the load process's index)."""
     base_url, model, protocol = endpoint
     urls, by = spread
     cls = clients[protocol]
     if len(urls) <= 1:
         return cls(base_url, model, **kwargs)
-    return SpreadClient([cls(u, model, **kwargs) for u in urls], by)  # type: ignore[arg-type]
+    return SpreadClient([cls(u, model, **kwargs) for u in urls], by, start)  # type: ignore[arg-type]

@@ -220,7 +220,7 @@ def worker_main(spec: WorkerSpec, index: int, conn, flag: StopFlag) -> None:
     gen = PromptGenerator.for_profile(spec.run_id, f"{spec.prompts_key}:w{index}", profile,
                                       Path(spec.tokenizer) if spec.tokenizer else None)
     client = client_for(CLIENTS, (spec.base_url, spec.model, spec.protocol), (list(spec.spread), spec.spread_by),
-                        api=profile.api, ignore_eos=profile.ignore_eos, timeout_s=profile.request_timeout_s)
+                        index, api=profile.api, ignore_eos=profile.ignore_eos, timeout_s=profile.request_timeout_s)
     client.keep_text = profile.sessions is not None
     client.keep_headers = spec.keep_headers
     fd = os.open(records_path(spec.out_dir, index), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

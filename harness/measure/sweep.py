@@ -229,7 +229,8 @@ class SweepRun:
             stats = level_stats(records, 0, self.profile.slo, repeat=rep, rate=c) if self.profile.open_loop \
                 else level_stats(records, int(c), self.profile.slo, repeat=rep)
             s.add(LevelSummary(stats=stats, client=run.client, process_cpu_s=run.process_cpu_s, window_s=run.window_s,
-                               server=summarise(level_scrapes, stack.metric_aliases(), stack.layer_metrics()),
+                               server=summarise(level_scrapes, stack.metric_aliases(), stack.layer_metrics(),
+                                                run.window_s),
                                incomplete=run.aborted or (f"deployment died: {gone}" if cut else None),
                                invocation=self.invocation, sent=run.sent, gpu=self.gpus.window(opened, closed),
                                part_of=c if self.shard is not None else None, pair=self.pair,

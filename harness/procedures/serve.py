@@ -66,6 +66,8 @@ def where_lines(label: str, target: Stack, ready: Ready, api: str) -> list[str]:
     if ep.protocol == "openai":
         # `vllm bench serve --base-url` takes the server's root and adds --endpoint (default /v1/completions):
         # vllm/benchmarks/serve.py (vLLM 0.32.0), api_url = f"{args.base_url}{args.endpoint}"
+        if ep.spread:  # N engines with no layer: a client spreads its requests over them itself
+            out.append(f"  {name} engines ({len(ep.spread)}, each its own server): {', '.join(ep.spread)}")
         out += [f"  {name} server: {ep.base_url}",
                 f"  {name} OpenAI base URL: {ep.base_url}/v1",
                 f"  {name} model: {ep.model}",

@@ -29,7 +29,9 @@ def routing_lines(s: CompareSummary) -> list[str]:
     open_loop = lv.rate is not None
     change = 100 * (lv.stack_ttft_p95_ms - lv.baseline_ttft_p95_ms) / lv.baseline_ttft_p95_ms  # type: ignore[operator]
     ttft = lv.endpoints.get("ttft_p95")
-    return [f"routing over {st.replicas} engines (the bare side: {b.replicas}, spread by the load client): at "
+    # a layer whose engines report through one endpoint (Ray Serve's metrics port) reads as one engine here
+    over = f"{st.replicas} engines" if st.replicas > 1 else "its engines (their metrics reach us as one)"
+    return [f"routing over {over} (the bare side: {b.replicas}, spread by the load client): at "
             f"{level_text(lv.level, open_loop)} prefix-cache hits {share_pct(b.hit_rate)} → {share_pct(st.hit_rate)}, "
             f"requests per engine max/mean {_ratio(b.imbalance)} → {_ratio(st.imbalance)}, requests held "
             f"{_ratio(b.load_imbalance)} → {_ratio(st.load_imbalance)}; TTFT p95 "

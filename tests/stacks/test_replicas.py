@@ -132,7 +132,7 @@ def test_fewer_prefix_groups_than_replicas_is_warned(tmp_path, write_profile, ca
     assert "1 shared-prefix group for 2 replicas" in err, err
 
 
-@pytest.mark.parametrize("kind", ["ray", "vllm-router", "litellm", "envoy"])
+@pytest.mark.parametrize("kind", ["vllm", "ray", "vllm-router", "litellm", "envoy"])
 def test_a_router_and_its_n_bare_engines_plan_the_same_engine_settings(tmp_path, kind):
     from harness.procedures.dryrun import _differences, _side
 
@@ -141,3 +141,49 @@ def test_a_router_and_its_n_bare_engines_plan_the_same_engine_settings(tmp_path,
     assert isinstance(base, ReplicaSet) and len(base.replicas) == 2
     sides = [_side("baseline", base), _side("stack", stack)]
     assert sides[1]["engine"]["replicas"] == 2 and _differences(sides) == []
+
+
+def test_n_bare_engines_and_their_baseline_are_n_single_engines(tmp_path):
+    from stacks.vllm import VllmStack
+
+    bare = build_stack(get_stack("vllm"), DeploySettings(engine=EngineSettings(replicas=2), log_dir=tmp_path))
+    for side in (bare, bare.baseline(), bare.again(tmp_path / "again").baseline()):
+        assert isinstance(side, ReplicaSet) and [type(r) for r in side.replicas] == [VllmStack, VllmStack]
+        assert all(r.settings.engine.replicas == 1 for r in side.replicas)
+        assert list(side.metric_endpoints()) == ["api@0", "api@1"]
+
+
+def test_rounds_are_merged_by_their_tag_where_the_poller_and_the_edges_interleave():
+    def tagged(endpoint: str, tag: str, phase: str | None, t: float, gen: float) -> dict:
+        return {**_scrape(endpoint, phase or "start", t, gen=gen), "phase": phase, "round": tag}
+
+    # the poller's round (p) and an edge round (e) written in between each other
+    scrapes = [tagged("engine@0", "p", None, 1.0, 100), tagged("engine@0", "e", "end", 1.1, 110),
+               tagged("engine@1", "p", None, 1.2, 200), tagged("engine@1", "e", "end", 1.3, 210)]
+    one = merged(scrapes)
+    assert [(s["round"], s["phase"], len(s["samples"])) for s in one] == [("p", None, 2), ("e", "end", 2)]
+
+
+def test_a_layer_passing_one_engines_metrics_through_does_not_mix_with_every_engines_sum():
+    api_s, api_e = _scrape("api", "start", 0.0, gen=100), _scrape("api", "end", 10.0, gen=400)  # engine 0's
+    scrapes = [api_s, _scrape("engine@0", "start", 0.1, gen=100), _scrape("engine@1", "start", 0.2, gen=5000),
+               api_e, _scrape("engine@0", "end", 10.1, gen=400), _scrape("engine@1", "end", 10.2, gen=5300)]
+    server = summarise(scrapes)
+    assert server.generation_tokens == 600  # 300 + 300: each engine from its own first scrape to its last
+    assert server.scrapes == 6
+
+
+def test_several_load_processes_start_their_turns_apart():
+    first, second = _spread("round_robin", 2), SpreadClient(_spread("round_robin", 2).clients, "round_robin", 1)
+    assert [first.pick("x") for _ in range(4)] == [0, 1, 0, 1] and [second.pick("x") for _ in range(4)] == [1, 0, 1, 0]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--stack", "vllm", "--opt", "port=18001"], "each of the 2 engines listens on a free port of its own"),
+    (["--stack", "vllm-router", "--target", "k8s"], "the k8s target deploys one engine a side yet"),
+])
+def test_replicas_that_cannot_be_deployed_as_asked_are_refused(tmp_path, write_profile, capsys, args, message):
+    profile = write_profile(concurrency=[1], requests=20)
+    rc = main(["compare", *args, "--profile", str(profile), "--replicas", "2", "--results-dir", str(tmp_path / "r")])
+    assert rc == 2
+    assert message in " ".join(capsys.readouterr().err.split())
