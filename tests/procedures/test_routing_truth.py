@@ -4,7 +4,7 @@ of the stack's two engines. The bare side is the two engines with the load clien
 
 - cache_aware routing keeps each group on one engine: two groups an engine, every one cached once seen, so hits
   go to ~100% (the baseline's in-turn spread sees four groups an engine, LRU over two: ~50%), and TTFT p95's
-  interval holds the configured cut (60 ms to 20 ms);
+  change recovers the configured cut (60 ms to 20 ms);
 - round_robin routing places requests as the baseline does: the same hit rate and no TTFT gain (at most the
   proxy's hop);
 - an A/A of two bare engines against two bare engines reads the same on every endpoint (within 10%);
@@ -24,7 +24,9 @@ from harness.analysis.server_metrics import summarise
 from harness.cli.main import main
 from harness.schemas import CompareSummary
 
-pytestmark = [pytest.mark.slow, pytest.mark.cost(80)]
+# alone: its TTFT figures are the reference engine's configured timing, which a host running real vLLM compares
+# beside it stretches (a 60 ms miss read 91 ms there, and 1 run in 5 missed a bound with both cores busy)
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 TTFT_MS, SAVES_MS = 60, 40
 ENGINE = (f"ttft_ms={TTFT_MS}", "itl_ms=2", "prefix_cache_blocks=2", f"prefix_hit_saves_ms={SAVES_MS}")
@@ -53,11 +55,11 @@ def test_cache_aware_routing_recovers_the_configured_prefix_gain(tmp_path, write
     assert base.replicas == stack.replicas == 2
     assert stack.hit_rate > 0.95, stack  # every group stays where it went first: cached after its first request
     assert 0.25 < base.hit_rate < 0.75, base  # four groups an engine, two cached: LRU over a random order, ~1/2
-    # the baseline's p95 is a miss, the stack's a hit: the configured saving, a log ratio of (60 - 40) / 60 without
-    # the proxy's hop, lies within the interval of TTFT p95's change, which excludes no change at all only with
-    # enough pairs (two here: their interval is wide, and a host running other tests widens it)
+    # the baseline's p95 is a miss, the stack's a hit: TTFT p95's change recovers the configured cut, a log ratio of
+    # (60 - 40) / 60, within 0.15 (the proxy's hop is a millisecond of a 20 ms hit; on an idle host two pairs' interval
+    # is that tight, on a busy one the miss stretches: 61 -> 21 ms idle, 91 -> 28 ms beside real vLLM compares)
     ttft = lv.endpoints["ttft_p95"]
-    assert ttft.lo <= math.log((TTFT_MS - SAVES_MS) / TTFT_MS) <= ttft.hi, ttft
+    assert abs(ttft.estimate - math.log((TTFT_MS - SAVES_MS) / TTFT_MS)) < 0.15 and ttft.verdict != "overhead", ttft
     assert lv.stack_ttft_p95_ms < lv.baseline_ttft_p95_ms - SAVES_MS / 2, lv  # and it is a cut, not noise
     assert all(r.requests and sum(r.requests) >= 2 * 48 for r in (base, stack))  # both engines served, both pairs
     assert base.imbalance is not None and base.imbalance < 1.1  # an in-turn spread is even
