@@ -50,8 +50,9 @@ class FrontedEngineStack(LocalServerStack):
 
     def engines_behind(self) -> Stack | None:
         """The engine behind the front, or `engine.replicas` of them as one ReplicaSet."""
-        if self.settings.engine.replicas == 1 or self.engine_behind() is None:
-            return self.engine_behind()
+        one = self.engine_behind()
+        if self.settings.engine.replicas == 1 or one is None:
+            return one
         return ReplicaSet(self.settings, self.engine_behind)
 
     def ready_url(self) -> str:
