@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from harness.analysis.vllm_metrics import sum_family
 from harness.schemas import LevelSummary, ReplicaLoad, Routing
 
 SEP = "@"
@@ -76,16 +77,6 @@ def merged(scrapes: Iterable[dict]) -> list[dict]:
     return [_merge(x[0], rounds[x]) if isinstance(x, tuple) else x for x in out]
 
 
-def _sum(samples: dict[str, float], family: str, renames: tuple[str, ...]) -> float | None:
-    from harness.analysis.vllm_metrics import aliases
-
-    for alias in aliases(family, renames):
-        vals = [v for k, v in samples.items() if k.startswith(alias + "{")]
-        if vals:
-            return sum(vals)
-    return None
-
-
 def loads(scrapes: Iterable[dict], renames: tuple[str, ...] = (), window_s: float | None = None
           ) -> list[ReplicaLoad]:
     """Each replica's share of one level, from its edge scrapes (the first and the last good one); window_s: the
@@ -103,11 +94,11 @@ def loads(scrapes: Iterable[dict], renames: tuple[str, ...] = (), window_s: floa
         window = window_s or b["t"] - a["t"]
         load = ReplicaLoad(replica=endpoint)
         for key, fam in COUNTED.items():
-            x, y = _sum(a["samples"], fam, renames), _sum(b["samples"], fam, renames)
+            x, y = sum_family(a["samples"], fam, renames), sum_family(b["samples"], fam, renames)
             if x is not None and y is not None:
                 setattr(load, key, y - x)
         for key, fam in (("in_engine", IN_ENGINE), ("waiting", WAITING)):
-            x, y = _sum(a["samples"], fam, renames), _sum(b["samples"], fam, renames)
+            x, y = sum_family(a["samples"], fam, renames), sum_family(b["samples"], fam, renames)
             if x is not None and y is not None and window > 0:
                 setattr(load, key, (y - x) / window)
         out.append(load)

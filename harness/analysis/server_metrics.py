@@ -9,26 +9,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from harness.analysis.replicas import loads, merged, split_name
-from harness.analysis.vllm_metrics import COUNTERS, GAUGES, HISTOGRAMS, STEP_TOKENS, aliases
+from harness.analysis.vllm_metrics import COUNTERS, GAUGES, HISTOGRAMS, STEP_TOKENS, sum_family
 from harness.schemas import LayerMetric, ServerLevelMetrics
-
-
-def _sum_family(samples: dict[str, float], family: str, renames: tuple[str, ...],
-                match: tuple[str, ...] = ()) -> float | None:
-    """Sum one family over its label sets (engines, replicas), by its own name or the stack's renaming; match:
-    only the label sets that contain each of these."""
-    for alias in aliases(family, renames):
-        prefix = alias + "{"
-        vals = [v for k, v in samples.items() if k.startswith(prefix) and all(m in k for m in match)]
-        if vals:
-            return sum(vals)
-    return None
 
 
 def _window_delta(edges: list[dict], family: str, renames: tuple[str, ...]) -> tuple[float, float] | None:
     """A histogram's (_sum, _count) increase between the first and the last edge scrape that carry it."""
-    seen = [(total, n) for s in edges if (total := _sum_family(s["samples"], f"{family}_sum", renames)) is not None
-            and (n := _sum_family(s["samples"], f"{family}_count", renames)) is not None]
+    seen = [(total, n) for s in edges if (total := sum_family(s["samples"], f"{family}_sum", renames)) is not None
+            and (n := sum_family(s["samples"], f"{family}_count", renames)) is not None]
     if len(seen) < 2:
         return None
     return seen[-1][0] - seen[0][0], seen[-1][1] - seen[0][1]
@@ -87,24 +75,24 @@ def summarise(scrapes: Iterable[dict], renames: tuple[str, ...] = (),
             continue
         samples = s["samples"]
         for key, (fam, match) in layer_counters.items():
-            if (v := _sum_family(samples, fam, (), match)) is not None:
+            if (v := sum_family(samples, fam, (), match)) is not None:
                 firsts.setdefault(key, v)
                 lasts[key] = v
         for m in layer:  # a peak of the level is read during it: a window's edge scrape sees it idle
             if m.how == "peak" and s.get("phase") is None and \
-                    (v := _sum_family(samples, m.family, (), m.match)) is not None:
+                    (v := sum_family(samples, m.family, (), m.match)) is not None:
                 peaks[m.key] = max(peaks.get(m.key, v), v)
     for s in scrapes:  # the engine's families: its own endpoint's, or every engine's merged round by round
         if not s["ok"]:
             continue
         samples = s["samples"]
         for key, fam in GAUGES.items():
-            v = _sum_family(samples, fam, renames)
+            v = sum_family(samples, fam, renames)
             if v is not None:
                 cur = getattr(out, f"{key}_max")
                 setattr(out, f"{key}_max", v if cur is None else max(cur, v))
         for key, fam in COUNTERS.items():
-            if (v := _sum_family(samples, fam, renames)) is not None:
+            if (v := sum_family(samples, fam, renames)) is not None:
                 firsts.setdefault(key, v)
                 lasts[key] = v
     delta = {key: lasts[key] - firsts[key] for key in lasts}

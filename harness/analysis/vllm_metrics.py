@@ -55,3 +55,15 @@ def prefix_of(name: str, renames: tuple[str, ...] = ()) -> str:
     if parts[0] == "ray" and len(parts) > 2:  # ray_serve_*, ray_vllm_*: Ray's own namespaces
         return f"{parts[0]}_{parts[1]}_"
     return parts[0] + "_"
+
+
+def sum_family(samples: dict[str, float], family: str, renames: tuple[str, ...],
+               match: tuple[str, ...] = ()) -> float | None:
+    """Sum one family over its label sets (engines, replicas), by its own name or the stack's renaming; match:
+    only the label sets that contain each of these."""
+    for alias in aliases(family, renames):
+        prefix = alias + "{"
+        vals = [v for k, v in samples.items() if k.startswith(prefix) and all(m in k for m in match)]
+        if vals:
+            return sum(vals)
+    return None
