@@ -118,7 +118,10 @@ class SystemSampler:
 
 def collapse(script: str, pids: set[int]) -> dict[int, Counter[tuple[str, ...]]]:
     """`perf script -F pid,tid,ip,sym,dso` output -> per process, each stack (outermost first) and its samples.
-    A sample is a `pid/tid` line and its frames, innermost first, each `<address> <symbol> (<object>)`."""
+    A sample is a `pid/tid` line and its frames, innermost first, each a tab then `<address> <symbol> (<object>)`.
+    perf right-aligns the pid (`"%5d/%-5d "`, perf_sample__fprintf_start in linux tools/perf/builtin-script.c; a
+    later patch widens it to 7), so a pid under 10000 starts its line with spaces, as on a freshly booted host: a
+    frame is told by its leading tab, never by leading white space."""
     out: dict[int, Counter[tuple[str, ...]]] = defaultdict(Counter)
     pid, frames = None, []
     for line in [*script.splitlines(), ""]:
@@ -126,7 +129,7 @@ def collapse(script: str, pids: set[int]) -> dict[int, Counter[tuple[str, ...]]]
             if pid in pids and frames:
                 out[pid][tuple(reversed(frames))] += 1
             pid, frames = None, []
-        elif not line[0].isspace():
+        elif not line.startswith("\t"):
             head = line.split()[0].split("/")[0]
             pid = int(head) if head.isdigit() else None
         elif pid in pids:

@@ -31,6 +31,27 @@ RECORDED = """14012/14012
 """
 
 
+# a freshly booted host's small pids, as perf 6.1 printed them here: right-aligned, so the line starts with spaces
+SMALL_PIDS = """ 8024/8024  
+\t            5249 [unknown] (/usr/bin/yes)
+
+    0/0     
+\tffffffff82240ddb pv_native_safe_halt ([kernel.kallsyms])
+\tffffffff822428f5 default_idle ([kernel.kallsyms])
+
+ 8024/8024  
+\tffffffff8223b5a6 do_syscall_64 ([kernel.kallsyms])
+\t           f8350 __GI___libc_write (/usr/lib/x86_64-linux-gnu/libc.so.6)
+"""
+
+
+def test_a_pid_under_10000_is_read_from_its_right_aligned_line():
+    got = perf.collapse(SMALL_PIDS, {8024, 0})
+    assert got[8024] == {("[unknown] (yes)",): 1,
+                         ("__GI___libc_write (libc.so.6)", "do_syscall_64 ([kernel.kallsyms])"): 1}
+    assert got[0] == {("default_idle ([kernel.kallsyms])", "pv_native_safe_halt ([kernel.kallsyms])"): 1}
+
+
 def test_perf_scripts_samples_are_split_by_process_outermost_frame_first():
     got = perf.collapse(RECORDED, {14012})
     assert set(got) == {14012}  # 14001 was not asked for; a thread (14013) counts for its process
