@@ -173,12 +173,15 @@ def kv_facts(model_dir: Path, engine: EngineSettings, applied: AppliedConfig | N
     context = log.max_concurrency_at_tokens or engine.max_model_len
     budget = tokens = agrees = None
     source, logged = "unknown", log.kv_cache_tokens
-    if not on_gpu:
+    if engine.kv_cache_blocks is not None:  # so many blocks whatever the memory: the log says how many tokens
+        source = f"engine.kv_cache_blocks={engine.kv_cache_blocks} (--num-gpu-blocks-override)"
+        budget = logged * bpt if logged is not None else None
+    elif not on_gpu:
         budget = cpu_kv_budget_bytes(engine.kv_cache_gib)
         source, tokens = f"VLLM_CPU_KVCACHE_SPACE={budget // 2**30}", tokens_that_fit(budget, bpt)
     elif logged is not None:
         budget, source = logged * bpt, _IMPLIED
-    if on_gpu:
+    if on_gpu and engine.kv_cache_blocks is None:
         notes.append("On a GPU the KV budget is what gpu_memory_utilization leaves after weights and activations: "
                      + ("here, the logged tokens × bytes per token." if budget else "no startup log line was found."))
     held = logged if tokens is None else tokens

@@ -96,6 +96,12 @@ class EngineSettings(BaseModel):
         "fastest, measured before deploying (a CPU without AVX-512 runs bfloat16 several times slower)")
     enforce_eager: bool = False
     kv_cache_gib: float = Field(1.0, gt=0, description="VLLM_CPU_KVCACHE_SPACE on CPU hosts")
+    # vLLM's --num-gpu-blocks-override (vllm/engine/arg_utils.py; applied on every platform by
+    # may_override_num_blocks in vllm/v1/core/kv_cache_utils.py, 0.32.0): the cache holds exactly this many blocks
+    kv_cache_blocks: int | None = Field(None, ge=1, description="the KV cache's size in blocks, on every host (vLLM's "
+                                        "--num-gpu-blocks-override; a block is 128 tokens on vLLM's CPU build, 16 by "
+                                        "default on a GPU): a cache smaller than the prefixes a workload repeats, so "
+                                        "where a router places them decides the hits")
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
     enable_prefix_caching: bool = True
     kv_cache_dtype: str = Field("auto", min_length=1, description="vLLM's --kv-cache-dtype (auto: the model's "

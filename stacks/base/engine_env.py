@@ -117,6 +117,8 @@ def engine_args(settings: DeploySettings) -> list[str]:
         args.append("--no-enable-prefix-caching")
     if e.kv_cache_dtype != "auto":
         args += ["--kv-cache-dtype", e.kv_cache_dtype]
+    if e.kv_cache_blocks is not None:
+        args += ["--num-gpu-blocks-override", str(e.kv_cache_blocks)]
     if settings.devices:  # vLLM's CPU build sizes its KV cache by VLLM_CPU_KVCACHE_SPACE instead
         args += ["--gpu-memory-utilization", str(e.gpu_memory_utilization)]
     return args + list(e.extra_args)
@@ -135,6 +137,8 @@ def engine_kwargs(settings: DeploySettings, layer: str) -> dict:
           "enable_prefix_caching": e.enable_prefix_caching}
     if e.kv_cache_dtype != "auto":
         kw["kv_cache_dtype"] = e.kv_cache_dtype
+    if e.kv_cache_blocks is not None:
+        kw["num_gpu_blocks_override"] = e.kv_cache_blocks
     if settings.devices:
         kw["gpu_memory_utilization"] = e.gpu_memory_utilization
     return kw
@@ -143,8 +147,9 @@ def engine_kwargs(settings: DeploySettings, layer: str) -> dict:
 # The engine settings a plan compares between the sides, with vLLM's defaults for flags left out (a dry run's
 # plan.json; tests hold every stack's deployment to its baseline's).
 PLAN_DEFAULTS = {"revision": None, "enforce_eager": False, "enable_prefix_caching": True, "kv_cache_dtype": "auto",
-                 "gpu_memory_utilization": None, "tensor_parallel_size": 1}
-_FLAG_TYPES = {"max_model_len": int, "max_num_seqs": int, "tensor_parallel_size": int, "gpu_memory_utilization": float}
+                 "gpu_memory_utilization": None, "tensor_parallel_size": 1, "num_gpu_blocks_override": None}
+_FLAG_TYPES = {"max_model_len": int, "max_num_seqs": int, "tensor_parallel_size": int, "gpu_memory_utilization": float,
+               "num_gpu_blocks_override": int}
 
 
 def settings_from_args(args: list[str]) -> dict:

@@ -187,3 +187,19 @@ def test_replicas_that_cannot_be_deployed_as_asked_are_refused(tmp_path, write_p
     rc = main(["compare", *args, "--profile", str(profile), "--replicas", "2", "--results-dir", str(tmp_path / "r")])
     assert rc == 2
     assert message in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_kv_cache_of_n_blocks_is_one_flag_for_the_bare_engine_and_one_keyword_for_a_layers_engine():
+    from stacks.base.engine_env import engine_args, engine_kwargs, settings_from_args, settings_from_kwargs
+
+    s = DeploySettings(engine=EngineSettings(kv_cache_blocks=24))
+    flags = engine_args(s)
+    assert flags[flags.index("--num-gpu-blocks-override") + 1] == "24"
+    assert engine_kwargs(s, "ray")["num_gpu_blocks_override"] == 24
+    # a plan reads both forms back alike, so the two sides are held to the same cache
+    assert settings_from_args(flags)["num_gpu_blocks_override"] == settings_from_kwargs(engine_kwargs(s, "ray"))[
+        "num_gpu_blocks_override"] == 24
+    assert "--num-gpu-blocks-override" not in engine_args(DeploySettings())  # unset: the engine sizes its own
+    assert settings_from_args(engine_args(DeploySettings()))["num_gpu_blocks_override"] is None
+    with pytest.raises(ValueError):
+        EngineSettings(kv_cache_blocks=0)
