@@ -20,8 +20,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from harness.analysis.latency_split import split
 from harness.analysis.server_metrics import summarise
 from harness.cli.main import main
+from harness.reporting.routing import gain_and_hop
 from harness.schemas import CompareSummary
 
 # alone: its TTFT figures are the reference engine's configured timing, which a host running real vLLM compares
@@ -63,9 +65,17 @@ def test_cache_aware_routing_recovers_the_configured_prefix_gain(tmp_path, write
     assert lv.stack_ttft_p95_ms < lv.baseline_ttft_p95_ms - SAVES_MS / 2, lv  # and it is a cut, not noise
     assert all(r.requests and sum(r.requests) >= 2 * 48 for r in (base, stack))  # both engines served, both pairs
     assert base.imbalance is not None and base.imbalance < 1.1  # an in-turn spread is even
+    # the split, in mean TTFT: inside the engines each hit the placement added saves 40 ms (the reference engine
+    # counts a request's first block, so its hit rate is the share of requests hit: about half the requests more,
+    # some -20 ms); outside them the proxy's hop, a millisecond or so; the two make the change the client saw
+    inside, hop, net = gain_and_hop(next(r for r in split(s.runs) if r.level == lv.level))
+    expect = -SAVES_MS * (stack.hit_rate - base.hit_rate)
+    assert abs(inside - expect) < SAVES_MS / 4 and inside < -SAVES_MS / 4, (inside, expect)
+    assert -2 < hop < 10 and abs(inside + hop - net) < 1.0, (inside, hop, net)
     md = next((tmp_path / "reports").iterdir()).joinpath("report.md").read_text()
-    first = md.split("## ")[0]  # the first screen says what routing did
+    first = md.split("## ")[0]  # the first screen says what routing did, and splits it
     assert "routing over 2 engines" in first and re.search(r"prefix-cache hits \d+% → (9\d|100)%", first), first
+    assert re.search(r"= -\d+\.\d ms inside the engines .* and [+-]\d+\.\d ms outside them \(the hop\)", first), first
     assert "## Where the requests went" in md
     report = next((tmp_path / "reports").iterdir())
     assert (report / "prefix_hits.png").stat().st_size > 0 and (report / "engine_load.png").stat().st_size > 0
