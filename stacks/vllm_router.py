@@ -45,6 +45,16 @@ class VllmRouterStack(FrontedEngineStack):
     options: RouterOptions
     k8s_form = "harness.targets.k8s.render_vllm_router:render_k8s"
 
+    @classmethod
+    def engine_flags(cls, options: RouterOptions) -> tuple[str, ...]:  # type: ignore[override]
+        # cache_aware routes on token ids, which vllm-router 0.1.17 asks each http worker for at
+        # POST /v1/completions/render (/v1/chat/completions/render for chat); vLLM 0.32 answers those 403 unless
+        # started with --enable-scale-out (vllm/entrypoints/scale_out/factories.py; the flag only registers the
+        # render, derender and token-in/out endpoints: launchers/cli_args.py). Without it every decision falls
+        # back to the least-loaded worker, counted as vllm_router_prefix_routing_decisions_total{outcome=
+        # missing_tokens}: measured here, all 64 requests of c=1 on one worker and hits no better than in turn
+        return ("--enable-scale-out",) if options.policy == "cache_aware" else ()
+
     def __init__(self, settings: DeploySettings, port: int | None = None):
         super().__init__(settings, port)
         if self.options.policy == "power_of_two" and settings.engine.replicas < 2:
@@ -88,7 +98,13 @@ class VllmRouterStack(FrontedEngineStack):
         d = "vllm_router_request_duration_seconds"
         return (LayerMetric(key="router ms/request", family=f"{d}_sum", how="per", per=f"{d}_count", span_ms=1e3,
                             match=("completions",), note="the router's own end-to-end time of a request, by its "
-                            "route; where it stops the clock before the stream ends, the hop below it reads negative"),)
+                            "route; where it stops the clock before the stream ends, the hop below it reads negative"),
+                # a prefix policy's decisions made without token ids (the engines' render endpoint refused or
+                # absent): each fell back to the least-loaded worker (vllm-router 0.1.17's own counter)
+                LayerMetric(key="routed without tokens", family="vllm_router_prefix_routing_decisions_total",
+                            match=("missing_tokens",), note="decisions of a prefix policy made without the "
+                            "prompt's token ids, each sent to the least-loaded worker instead: above 0, the "
+                            "policy did not route by prefix"))
 
     def metricless_endpoints(self) -> dict[str, str]:
         return {"api": f"{self.endpoint().base_url}/metrics"}  # its serving port: the metrics are on their own

@@ -178,6 +178,13 @@ class Stack(ABC):
         return validate_options(cls.kind, cls.Options, dict(options))
 
     @classmethod
+    def engine_flags(cls, options: BaseModel) -> tuple[str, ...]:
+        """vLLM API-server flags this stack's engines need under these options (vllm-router's cache_aware: the
+        render endpoints it tokenizes with). build_stack adds them to engine.extra_args, so the bare side's engines
+        get them too and both sides run one engine."""
+        return ()
+
+    @classmethod
     def allowed_options(cls) -> set[str]:
         """Keys this stack accepts in `--opt key=value` (and `--port`)."""
         return set(cls.Options.model_fields)

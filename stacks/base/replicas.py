@@ -175,6 +175,10 @@ def build_stack(cls: type[Stack], settings: DeploySettings) -> Stack:
     where that cannot be."""
     n = settings.engine.replicas
     check_replicas(cls, n, settings.target, settings.options)
+    if missing := [f for f in cls.engine_flags(cls.checked_options(settings.options))
+                   if f not in settings.engine.extra_args]:
+        settings = settings.model_copy(update={"engine": settings.engine.model_copy(
+            update={"extra_args": [*settings.engine.extra_args, *missing]})})
     if n == 1 or cls.replicas_by == "layer":
         return cls(settings)
     return ReplicaSet(settings, cls)

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from stacks.refengine.http import Request, Responder, run_server
 from stacks.refengine.metrics import SimMetrics
+from stacks.refengine.render import render
 from stacks.refengine.timing import PreciseTimer
 
 PREFIX_BLOCK_CHARS = 64  # the "first KV block" of a prompt for the simulated prefix cache
@@ -182,6 +183,8 @@ class Engine:
                        self.itl_ns):
                 xs.clear()
             await resp.send_json(200, {"reset": True})
+        elif req.method == "POST" and req.path in ("/v1/completions/render", "/v1/chat/completions/render"):
+            await resp.send_json(*render(req, self.cfg.model))
         elif req.method == "POST" and req.path in ("/v1/completions", "/v1/chat/completions"):
             await self.generate(req, resp, "chat" if req.path.endswith("chat/completions") else "completions")
         elif req.method == "POST" and req.path == f"/v2/models/{self.cfg.model}/generate_stream":

@@ -51,6 +51,18 @@ def test_its_metrics_port_is_audited_and_its_serving_port_declared_without_metri
     assert router(port=18123).port == 18123 and get_stack("vllm-router")(DeploySettings(), 18124).port == 18124
 
 
+def test_cache_aware_gives_both_sides_engines_that_serve_the_render_endpoint_it_routes_with():
+    from stacks.base.replicas import build_stack
+    from stacks.vllm_router import VllmRouterStack
+
+    def flags(policy: str) -> tuple[list[str], list[str]]:
+        s = build_stack(VllmRouterStack, DeploySettings(engine=PROFILE.engine, options={"policy": policy}))
+        return s.settings.engine.extra_args, s.baseline().settings.engine.extra_args
+
+    assert flags("cache_aware") == (["--enable-scale-out"], ["--enable-scale-out"])  # one engine on both sides
+    assert flags("round_robin") == ([], [])
+
+
 @pytest.mark.parametrize(("option", "value", "why"), [("policy", "power_of_two", "needs at least two workers"),
                                                       ("policy", "kv_aware", "'round_robin'"), ("image", "", "")])
 def test_bad_options_are_refused(option, value, why):
@@ -113,7 +125,8 @@ def test_the_real_router_spreads_over_every_worker_by_its_policy(tmp_path, polic
         r.wait_ready(60)
         ep = r.endpoint()
         client = StreamClient(ep.base_url, ep.model, max_tokens=4)
-        group = "a1b2c3d4e5f60718 " + "one shared prefix of words " * 8
+        words = " one shared prefix of words" * 8
+        a, b = f"a1b2c3d4e5f60718{words}", f"f7e6d5c4b3a29180{words}"  # two groups: their first blocks differ
 
         async def send(prompts: list[str]) -> list[RequestRecord]:
             conn = client.connection()
@@ -123,10 +136,20 @@ def test_the_real_router_spreads_over_every_worker_by_its_policy(tmp_path, polic
             conn.close()
             return recs
 
-        recs = asyncio.run(send([f"{group} {i}" for i in range(8)]))
+        recs = asyncio.run(send([f"{g} {i}" for i, g in enumerate((a, a, a, b, b, b, a, b))]))
         assert all(rec.ok and rec.output_tokens == 4 for rec in recs), recs
-        served = sorted(httpx.get(f"{e.endpoint().base_url}/sim/stats").json()["requests"] for e in r.engine.replicas)
-        # round_robin: in turn over both workers; cache_aware: one prefix stays where it went first
-        assert served == ([4, 4] if policy == "round_robin" else [0, 8]), served
+        stats = [httpx.get(f"{e.endpoint().base_url}/sim/stats").json() for e in r.engine.replicas]
+        served, hits = sorted(x["requests"] for x in stats), sum(x["prefix_hits"] for x in stats)
+        # round_robin: in turn, so each group reaches both workers and misses twice (4 hits of 8). cache_aware:
+        # each group's first request a prefix miss, placed on the least-loaded worker (one request at a time: both
+        # idle, so the first), and every later one a prefix hit on the worker that has its tokens (6 hits)
+        assert (served, hits) == (([4, 4], 4) if policy == "round_robin" else ([0, 8], 6)), (served, hits)
         metrics = httpx.get(r.metric_endpoints()["router_metrics"]).text
         assert "vllm_router_" in metrics
+        if policy == "cache_aware":  # it routed on the engines' token ids (their render endpoint), not by load alone:
+            # without them each decision is counted outcome="missing_tokens" and placed by load, as measured in
+            # front of vLLM started without --enable-scale-out
+            decided = {o: sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                              if line.startswith("vllm_router_prefix_routing_decisions_total") and f'"{o}"' in line)
+                       for o in ("prefix_hit", "prefix_miss", "missing_tokens")}
+            assert decided == {"prefix_hit": 6, "prefix_miss": 2, "missing_tokens": 0}, metrics
