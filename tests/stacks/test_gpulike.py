@@ -189,6 +189,9 @@ def test_configured_step_follows_the_windows_mix_and_a_slow_level_is_flagged():
                                 engine_itl_ms=15.0)
     assert configured_ms(STEP, server) == pytest.approx(10.0 + 0.5 * 10.6 + 0.1 * 6.4)
     assert configured_ms(STEP, ServerLevelMetrics()) is None  # the histogram hidden: nothing to check
+    # 400 of the 640 prompt tokens came from the prefix cache: only 240 were prefilled, 2.4 a step
+    cached = server.model_copy(update={"prefix_cache_hits": 400.0})
+    assert configured_ms(STEP, cached) == pytest.approx(10.0 + 0.5 * 10.6 + 0.1 * 2.4)
 
     def windows(level: int, itl: float) -> list:
         out = pair(level, 100.0)
