@@ -4,8 +4,9 @@ level where placement changed TTFT p95 the most.
 
 The net effect is split in two from one compare, in mean TTFT (harness.analysis.latency_split): the change inside
 the engines (their own TTFT histograms, summed over each side's engines: the same engines and settings on both
-sides, so what differs there is where the requests went) and the change outside them (client − engine, the
-stack's less the bare side's: the hop). The two add up to the change the client saw."""
+sides, so what differs there is where and when the requests reached them: placement decides the hits, and a layer
+that groups arrivals makes more prompts share a step) and the change outside them (client − engine, the stack's
+less the bare side's: the hop). The two add up to the change the client saw."""
 
 from __future__ import annotations
 
@@ -67,8 +68,9 @@ def split_text(r: LevelSplit | None) -> str:
     inside, hop, net = got
     assert r is not None and r.baseline is not None and r.stack is not None
     return (f"in mean TTFT, {fmt(r.baseline.client_ttft_ms, '{:,.1f}')} → {fmt(r.stack.client_ttft_ms, '{:,.1f}')} "
-            f"ms ({net:+.1f} ms) = {inside:+.1f} ms inside the engines (where the requests went: "
-            f"{fmt(r.baseline.engine_ttft_ms, '{:,.1f}')} → {fmt(r.stack.engine_ttft_ms, '{:,.1f}')} ms) "
+            f"ms ({net:+.1f} ms) = {inside:+.1f} ms inside the engines ("
+            f"{fmt(r.baseline.engine_ttft_ms, '{:,.1f}')} → {fmt(r.stack.engine_ttft_ms, '{:,.1f}')} ms: where and "
+            f"when the requests reached them) "
             f"and {hop:+.1f} ms outside them (the hop)")
 
 
