@@ -30,6 +30,7 @@ class FrontedEngineStack(LocalServerStack):
     def __init__(self, settings: DeploySettings, port: int | None = None):
         super().__init__(settings, port)
         self.engine: Stack | None = self.engines_behind()
+        self._front: tuple[list[str], dict[str, str]] | None = None  # built in deploy(), started in wait_ready()
 
     # --- what an adapter says ---
     def engine_behind(self, settings: DeploySettings | None = None) -> Stack | None:
@@ -61,15 +62,21 @@ class FrontedEngineStack(LocalServerStack):
 
     # --- lifecycle ---
     def deploy(self) -> None:
+        """The engines start here; the front once they all answer (wait_ready), from the command built here (a
+        missing install is refused now). A router that meets an engine still loading marks it unhealthy until its
+        next health check: vllm-router 0.1.17 checks every 60 s, and a compare's first level ran on one of its two
+        workers (measured)."""
         self.check_ports()
         if self.engine is not None:
             self.engine.deploy()
             ep = self.engine.endpoint()
-            self.start(*self.front_commands(ep.spread or [ep.base_url]))
+            self._front = self.front_commands(ep.spread or [ep.base_url])
 
     def wait_ready(self, timeout: float, console: Console | None = None) -> float:
-        assert self.proc is not None, "deploy() first"
         waited = self.engine.wait_ready(timeout) if self.engine is not None else 0.0
+        if self.proc is None and self._front is not None:
+            self.start(*self._front)
+        assert self.proc is not None, "deploy() first"
         return waited + wait_http_ready(self.ready_url(), timeout, self.server_name, self.proc, console)
 
     def teardown(self) -> None:
