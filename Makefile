@@ -24,6 +24,8 @@
 #   make setup DRY_RUN=1       what setup would install on this host, and why; changes nothing
 #   MODEL=org/name REVISION=<commit> GPUS=0,1 (run, compare, capacity, sweep): the model and GPUs to serve with
 #   REPLICAS=N (run, compare, capacity, sweep): N engines per side, the bare side spread by the load client
+#   OPT="key=value ..." (run, serve, compare, diagnose, capacity, audit): the stack's options, each a --opt
+#                              (make compare STACK=vllm-router OPT=policy=round_robin); make sweep takes OPT=k=v1,v2
 .DEFAULT_GOAL := help
 SHELL := /bin/bash
 # the Python that makes every environment: the first of 3.12, 3.11, 3.10 found (PY=python3.11 to choose)
@@ -68,6 +70,8 @@ SETTING ?=
 SHAPES ?=
 LEVELS ?=
 OPT ?=
+# the stack's options as the CLI takes them: MODE= (KServe's shape) and each OPT= word, one --opt apiece
+OPTS = $(if $(MODE),--opt mode=$(MODE)) $(foreach o,$(OPT),--opt $(o))
 LB := $(VENV)/bin/layerbench
 SLOW_WORKERS ?= 2
 SETUP_JOBS ?= 3
@@ -155,25 +159,25 @@ gpu-check:  ## on an NVIDIA host: driver, build, NVML sampler, doctor and the cl
 	@$(PY) -m harness.bench.gpu_check $(if $(wildcard $(VENV)/bin/python),--client-python $(VENV)/bin/python) $(ARGS)
 
 run: $(needs)  ## one deployment through the load harness
-	$(LB) run --stack $(STACK) --profile $(PROFILE) $(MODEL_ARGS) $(if $(URL),--url $(URL)) $(if $(MODE),--opt mode=$(MODE)) --target $(TARGET) $(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) $(ARGS)
+	$(LB) run --stack $(STACK) --profile $(PROFILE) $(MODEL_ARGS) $(if $(URL),--url $(URL)) $(OPTS) --target $(TARGET) $(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) $(ARGS)
 
 # up until Ctrl-C, as a compare deploys it: prints each side's URL, model and /metrics for your own client
 serve: $(needs)  ## deploy a stack (BOTH=1: and its bare vLLM) as a compare does; up until Ctrl-C
-	$(LB) serve --stack $(STACK) --profile $(PROFILE) $(MODEL_ARGS) $(if $(MODE),--opt mode=$(MODE)) \
+	$(LB) serve --stack $(STACK) --profile $(PROFILE) $(MODEL_ARGS) $(OPTS) \
 		$(if $(filter-out 0 no false,$(BOTH)),--both) $(ARGS)
 
 compare: $(needs)  ## a layer against its version-matched bare vLLM; report under reports/<run>/
 	$(LB) compare $(if $(RESUME),--resume $(RESUME),--stack $(STACK) --profile $(PROFILE) $(MODEL_ARGS)) \
-		$(if $(REPEATS),--repeats $(REPEATS)) $(if $(PAIRS),--pairs $(PAIRS)) $(if $(DEPLOYMENTS),--deployments $(DEPLOYMENTS)) $(if $(MODE),--opt mode=$(MODE)) --target $(TARGET) $(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) \
+		$(if $(REPEATS),--repeats $(REPEATS)) $(if $(PAIRS),--pairs $(PAIRS)) $(if $(DEPLOYMENTS),--deployments $(DEPLOYMENTS)) $(OPTS) --target $(TARGET) $(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) \
 		$(if $(MDE),--mde $(MDE)) $(if $(BUDGET),--budget $(BUDGET)) $(if $(MAX_PAIRS),--max-pairs $(MAX_PAIRS)) $(ARGS)
 
 # why the layer costs, alone, in a few minutes: one pair, every level profiled after its window (LEVELS=1,16)
 diagnose: $(needs)  ## one pair with every process profiled: the diagnosis report without a verdict's pairs
 	$(LB) diagnose --stack $(STACK) --profile $(PROFILE) $(MODEL_ARGS) $(if $(LEVELS),--levels $(LEVELS)) \
-		$(if $(MODE),--opt mode=$(MODE)) $(ARGS)
+		$(OPTS) $(ARGS)
 
 capacity: $(needs)  ## the highest concurrency (or rate) meeting the SLA
-	$(LB) capacity --stack $(STACK) --profile $(PROFILE) $(MODEL_ARGS) $(if $(URL),--url $(URL)) $(if $(MODE),--opt mode=$(MODE)) \
+	$(LB) capacity --stack $(STACK) --profile $(PROFILE) $(MODEL_ARGS) $(if $(URL),--url $(URL)) $(OPTS) \
 		$(if $(filter-out 0 no false,$(BASELINE)),--baseline) $(if $(SLA_TTFT_P95),--sla-ttft-p95 $(SLA_TTFT_P95)) \
 		$(if $(SLA_ITL_P95),--sla-itl-p95 $(SLA_ITL_P95)) $(if $(REPEATS),--repeats $(REPEATS)) --target $(TARGET) \
 		$(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) $(ARGS)
@@ -184,7 +188,7 @@ sweep: $(needs)  ## an engine setting (SETTING=), a layer option (OPT=) or the r
 		$(if $(REPEATS),--repeats $(REPEATS)) $(if $(MODE),--opt mode=$(MODE)) $(ARGS)
 
 audit: $(needs)  ## which vllm:* metrics survive behind the layer
-	$(LB) audit --stack $(STACK) $(if $(URL),--url $(URL)) $(if $(MODE),--opt mode=$(MODE)) --target $(TARGET) $(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) $(ARGS)
+	$(LB) audit --stack $(STACK) $(if $(URL),--url $(URL)) $(OPTS) --target $(TARGET) $(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) $(ARGS)
 
 report: client  ## all stacks: reports/summary.{md,html,csv}; RUN=<run-id>: that compare's report again
 	$(if $(RUN),$(LB) render $(RUN),$(LB) report) $(ARGS)

@@ -75,3 +75,12 @@ def test_an_unknown_stack_is_refused_with_the_list(capsys):
     assert main(["run", "--stack", "rayy"]) == 2
     err = capsys.readouterr().err
     assert "unknown stack 'rayy'" in err and "ray" in err and "triton" in err and "vllm" in err
+
+
+@pytest.mark.parametrize("target", ["run", "serve", "compare", "diagnose", "capacity", "audit"])
+def test_a_stacks_options_reach_every_command_that_deploys_it(target):
+    # `make compare STACK=vllm-router OPT=policy=round_robin` once ran the router's default policy: OPT was read by
+    # `make sweep` alone, and the others dropped it without a word
+    cmd = make("-n", target, "STACK=vllm-router", "OPT=policy=round_robin image=x:1", "MODE=raw", "PROFILE=quick")
+    assert re.findall(r"--opt (\S+)", cmd) == ["mode=raw", "policy=round_robin", "image=x:1"], cmd
+    assert "--option" in make("-n", "sweep", "STACK=ray", "OPT=ingress_replicas=1,2")
