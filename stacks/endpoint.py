@@ -29,6 +29,22 @@ class EndpointOptions(NoOptions):
         "tokenizer.json (an HF cache snapshot, <hub>/models--org--name/snapshots/<commit or branch>), or that file; "
         "refused when it has none (default: the tiny model's; the k8s and docker targets name the served model's)")
 
+    spread: str | None = Field(
+        None, description="several engines' base URLs, separated by commas, that the load client spreads its requests "
+        "over itself (--url names the first): the k8s target's bare side with engine.replicas above 1, as the local "
+        "target spreads over its bare engines (harness/load/spread.py)")
+    spread_by: Literal["round_robin", "hash"] = Field(
+        "round_robin", description="with spread: each request to the next engine in turn, or to the one a hash of "
+        "the prompt's first characters picks (the profile's engine.baseline_spread)")
+
+    @field_validator("spread")
+    @classmethod
+    def _spread_urls(cls, v: str | None) -> str | None:
+        if v is not None and (len(urls := v.split(",")) < 2 or not all(u.startswith(("http://", "https://"))
+                                                                        for u in urls)):
+            raise ValueError(f"spread takes two or more http://host:port base URLs separated by commas, got {v!r}")
+        return v
+
     @field_validator("metric_endpoints")
     @classmethod
     def _pairs(cls, v: str | None) -> str | None:
@@ -92,14 +108,22 @@ class EndpointStack(Stack):
             raise LayerbenchError("STACK=endpoint needs a server address: URL=http://127.0.0.1:8000")
         return self.settings.url.rstrip("/")
 
+    def _urls(self) -> list[str]:
+        """Every server the load goes to: the spread's engines, or the one at --url."""
+        if self.options.spread:
+            return [u.rstrip("/") for u in self.options.spread.split(",")]
+        return [self._url()]
+
     def deploy(self) -> None:
         self._url()
 
-    def _health(self) -> str:
-        """What answers 200 while the server serves: the model's readiness (Triton) or the model list."""
+    def _health(self, url: str | None = None) -> str:
+        """What answers 200 while the server at `url` (default: --url) serves: the model's readiness (Triton) or the
+        model list."""
+        url = url or self._url()
         if self.options.protocol == "triton":
-            return f"{self._url()}/v2/models/{self.options.model}/ready"
-        return f"{self._url()}/v1/models"
+            return f"{url}/v2/models/{self.options.model}/ready"
+        return f"{url}/v1/models"
 
     def wait_ready(self, timeout: float, console=None) -> float:
         url = self._url()
@@ -111,29 +135,33 @@ class EndpointStack(Stack):
                                       f"{type(e).__name__}: {e}") from None
             self._model = self.options.model
             return 0.0
-        try:
-            resp = httpx.get(f"{url}/v1/models", timeout=min(timeout, 10))
-            resp.raise_for_status()
-            self._model = self.options.model or resp.json()["data"][0]["id"]
-        except httpx.HTTPError as e:
-            raise LayerbenchError(f"cannot reach {url}/v1/models: {type(e).__name__}: {e}") from None
-        except (ValueError, KeyError, IndexError):
-            raise LayerbenchError(f"{url}/v1/models did not list a model (is it OpenAI-compatible?)") from None
+        for url in self._urls():  # every engine of a spread serves the model under one name
+            try:
+                resp = httpx.get(f"{url}/v1/models", timeout=min(timeout, 10))
+                resp.raise_for_status()
+                self._model = self._model or self.options.model or resp.json()["data"][0]["id"]
+            except httpx.HTTPError as e:
+                raise LayerbenchError(f"cannot reach {url}/v1/models: {type(e).__name__}: {e}") from None
+            except (ValueError, KeyError, IndexError):
+                raise LayerbenchError(f"{url}/v1/models did not list a model (is it OpenAI-compatible?)") from None
         return 0.0
 
     def teardown(self) -> None:
         pass  # not ours to stop
 
     def dead(self) -> str | None:
-        try:
-            httpx.get(self._health(), timeout=5).raise_for_status()
-        except httpx.HTTPError as e:
-            return f"{self._health()} no longer answers ({type(e).__name__})"
+        for url in self._urls():
+            try:
+                httpx.get(self._health(url), timeout=5).raise_for_status()
+            except httpx.HTTPError as e:
+                return f"{self._health(url)} no longer answers ({type(e).__name__})"
         return None
 
     def endpoint(self) -> Endpoint:
+        spread = self._urls() if self.options.spread else []
         return Endpoint(base_url=self._url(), protocol=self.options.protocol,
-                        model=self._model or self.options.model or self.settings.served_model_name)
+                        model=self._model or self.options.model or self.settings.served_model_name,
+                        spread=spread, spread_by=self.options.spread_by)
 
     def metric_endpoints(self) -> dict[str, str]:
         if self.options.metric_endpoints:

@@ -154,16 +154,20 @@ class ReplicaSet(Stack):
 
 def check_replicas(cls: type[Stack], replicas: int, target: str, options: dict) -> None:
     """LayerbenchError, before anything is deployed or resolved, where `replicas` engines cannot be deployed as
-    asked: a stack that cannot front several, a target that does not deploy them yet, or one port for N engines."""
+    asked: a stack that cannot front several, the docker target (one engine a side), or one port for N engines.
+    The local target runs N engines on this host, the k8s target N engine pods (a stack without a k8s form is
+    refused where the plan is rendered, naming the stacks that have one)."""
     if replicas == 1:
         return
     if not cls.replicas_by:
         raise LayerbenchError(f"stack {cls.kind} cannot front several engines (engine.replicas {replicas}): it runs "
                               f"one engine in a server of its own; use replicas 1, or a stack that routes "
                               f"({fronting()})")
-    if target != "local":
-        raise LayerbenchError(f"engine.replicas {replicas}: the {target} target deploys one engine a side yet; run "
-                              "it on this host (the local target), or set replicas 1")
+    if target == "docker":  # the k8s target deploys each engine as a pod of its own (harness/targets/k8s/engines.py)
+        raise LayerbenchError(f"engine.replicas {replicas}: the docker target deploys one engine a side (its docker "
+                              "run commands start one engine container per side); run N engines a side on the k8s "
+                              "target (--target k8s: a pod each) or on this host (the local target), or set "
+                              "replicas 1")
     if cls.replicas_by == "client" and options.get("port"):
         raise LayerbenchError(f"--port / --opt port with engine.replicas {replicas}: each of the {replicas} engines "
                               "listens on a free port of its own; remove the port")

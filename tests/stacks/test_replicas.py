@@ -180,7 +180,7 @@ def test_several_load_processes_start_their_turns_apart():
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--stack", "vllm", "--opt", "port=18001"], "each of the 2 engines listens on a free port of its own"),
-    (["--stack", "vllm-router", "--target", "k8s"], "the k8s target deploys one engine a side yet"),
+    (["--stack", "vllm-router", "--target", "docker"], "the docker target deploys one engine a side"),
 ])
 def test_replicas_that_cannot_be_deployed_as_asked_are_refused(tmp_path, write_profile, capsys, args, message):
     profile = write_profile(concurrency=[1], requests=20)

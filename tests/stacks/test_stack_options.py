@@ -81,7 +81,7 @@ def test_allowed_options_come_from_the_models():
     assert get_stack("vllm").allowed_options() == {"port"}
     assert get_stack("triton").allowed_options() == {"port", "report_engine_metrics"}
     assert get_stack("endpoint").allowed_options() == {"protocol", "model", "metric_endpoints", "aliases",
-                                                     "tokenizer"}
+                                                     "tokenizer", "spread", "spread_by"}
     sim, proxy = get_stack("sim").allowed_options(), get_stack("sim-proxy").allowed_options()
     assert {"ttft_ms", "fail_500", "port"} <= sim and sim < proxy and {"metrics", "rechunk"} <= proxy - sim
 

@@ -50,8 +50,9 @@ def split_side(compare_run: Path, label: str, dest: Path) -> Path:
 
 
 def cluster(tmp_path: Path, parallelism: int = 1) -> tuple[Emulator, Path]:
-    """The emulated cluster (with the HF-cache PVC) and a cluster config for it: 2 engine replicas per side."""
-    emu = Emulator().start()
+    """The emulated cluster (with the HF-cache PVC) and a cluster config for it: 2 engine replicas per side, on a
+    node with a GPU for each (preflight refuses a side its GPU nodes cannot hold)."""
+    emu = Emulator(gpu_nodes={"gpu-1": 2}).start()
     emu.put("api/v1", "persistentvolumeclaims", "layerbench", {"metadata": {"name": "hf-cache"}})
     cfg = tmp_path / "cluster.yaml"
     cfg.write_text(yaml.safe_dump({"load_image": LOAD, "ready_timeout_s": 60, "delete_timeout_s": 60,

@@ -38,6 +38,10 @@ class Deployed:
     metrics: dict[str, str] = field(default_factory=dict)
     aliases: tuple[str, ...] = ()
     engine_images: list[str] = field(default_factory=list)  # the images that run an engine (preflight reads each)
+    # N bare engines and no layer (engine.replicas): every engine's base URL, `url` the first, which the load client
+    # spreads its requests over itself by `spread_by` (engine.baseline_spread), as on the local target; [] for one
+    spread: list[str] = field(default_factory=list)
+    spread_by: str = "round_robin"
 
 
 def template(path: str, **values: Any) -> dict[str, Any]:

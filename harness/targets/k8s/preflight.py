@@ -159,6 +159,19 @@ def _check_gpus(cluster: Cluster, gpus: int, warnings: list[str]) -> list[dict[s
                           f"device plugin (or GPU Operator), uncordon a GPU node, or lower ClusterSettings.gpus")
 
 
+def _check_room(nodes: list[dict[str, Any]], gpus: int, pods: int) -> None:
+    """The schedulable GPU nodes (`nodes`, those that fit one engine pod) must hold a side's `pods` engine pods at
+    once: a pod's GPUs are all on its node, so a node of G GPUs holds G // gpus of them. Allocatable counts GPUs that
+    other pods use too: this refuses what can never be scheduled, not what is busy now. No nodes (not listable):
+    not checked."""
+    room = sum(_gpus(node) // gpus for node in nodes)
+    if nodes and room < pods:
+        listed = ", ".join(f"{node['metadata']['name']} {_gpus(node)}" for node in nodes[:8])
+        raise LayerbenchError(f"a side runs {pods} engine pods of {gpus} {GPU} each ({pods * gpus} in all), and the "
+                              f"schedulable GPU nodes hold {room} of them (nodes: {listed}): lower engine.replicas "
+                              "(REPLICAS=) or tensor_parallel_size, or add GPU nodes")
+
+
 QUOTA_KEYS = ("requests.nvidia.com/gpu", "limits.nvidia.com/gpu", "nvidia.com/gpu")
 
 
@@ -181,7 +194,7 @@ def _check_quota(cluster: Cluster, needed: int, what: str) -> None:
                     raise LayerbenchError(
                         f"ResourceQuota {q['metadata']['name']} in namespace {cluster.namespace} leaves {room} of "
                         f"{hard[key]} {key}; {what} needs {needed}: lower replicas or gpus in the cluster config, or "
-                        "raise the quota")
+                        "engine.replicas (REPLICAS=), or raise the quota")
 
 
 def _references(node: Any) -> Iterator[tuple[str, str]]:
@@ -237,12 +250,14 @@ def preflight(cluster: Cluster, settings: ClusterSettings, stacks: Iterable[str]
         _check_kserve(cluster, settings, warnings)
     _check_crds(cluster, stacks, objects, warnings)
     gpus = settings.gpus if settings.gpus is not None else 1  # unsettled: one engine rank
+    pods = gpus_per_side // gpus if gpus else 0  # a side's engine pods, each asking for `gpus`
     if gpus:
         nodes = _check_gpus(cluster, gpus, warnings)
+        _check_room(nodes, gpus, pods)
         if settings.check_driver:
             check_nodes(nodes, list(dict.fromkeys(engine_images)), warnings)
     if gpus_per_side:
-        _check_quota(cluster, gpus_per_side, f"a side ({settings.replicas} replica(s) x {settings.gpus} GPU(s))")
+        _check_quota(cluster, gpus_per_side, f"a side ({pods} replica(s) x {gpus} GPU(s))")
     _check_references(cluster, objects)
     return warnings
 

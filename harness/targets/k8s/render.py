@@ -5,6 +5,7 @@ plan.json), which is all `--dry-run` does."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -17,6 +18,7 @@ from harness.targets.k8s.common import (
     check_stack,
     object_name,
 )
+from harness.targets.k8s.engines import check_engines, engine_count
 from harness.targets.k8s.plan import ClusterSettings, K8sPlan, Side, settle
 from harness.targets.k8s.render_load import (
     LoadCommand,
@@ -69,6 +71,11 @@ def render_plan(stack: Stack, profile: LoadProfile, cs: ClusterSettings, run_id:
     command = what.command
     check_stack(stack.kind, "k8s")
     cs, how = settle(cs, stack.kind, getattr(stack.options, "mode", None), profile.engine)
+    check_engines(cs, stack.settings.engine)
+    if profile.engine.replicas > 1:
+        # the load deploys no engine: `--stack endpoint` fronts none (stacks.base.replicas.check_replicas), so it runs
+        # as one engine's load against the side's URL, or spreads over the bare side's engines (Deployed.spread)
+        what = replace(what, extra=(*what.extra, "--replicas", "1"))
     if cs.load_parallelism > 1 and command == "capacity":
         raise LayerbenchError("capacity searches one level at a time from one load pod: set load_parallelism 1")
     if cs.load_parallelism > 1:
@@ -84,7 +91,8 @@ def render_plan(stack: Stack, profile: LoadProfile, cs: ClusterSettings, run_id:
         sides.append(Side(label=label, stack=kind, objects=[profile_cm, *deployed.objects, *peers],
                           ready=deployed.ready,
                           url=deployed.url, protocol=deployed.protocol, engine_selector=deployed.engine_selector,
-                          load_job=job, engine_images=deployed.engine_images, gpus=cs.replicas * (cs.gpus or 0),
+                          load_job=job, engine_images=deployed.engine_images,
+                          gpus=cs.replicas * engine_count(stack) * (cs.gpus or 0),
                           aliases=deployed.aliases))
     return K8sPlan(run_id=run_id, namespace=cs.namespace, sides=sides, settings=cs, engine=how, command=command,
                    stack=stack.kind)

@@ -81,6 +81,8 @@ def load_command(what: LoadCommand, deployed: Deployed, profile_path: str, resul
         args += ["--repeats", str(what.repeats)]
     if deployed.protocol == "triton":  # Triton's generate_stream, not OpenAI's API: the client must know
         args += ["--opt", "protocol=triton", "--opt", f"model={deployed.model}"]
+    if deployed.spread:  # N bare engines: the load client spreads over them itself, by the local target's rule
+        args += ["--opt", "spread=" + ",".join(deployed.spread), "--opt", f"spread_by={deployed.spread_by}"]
     if deployed.metrics:  # the layer's own metric ports, as the local stack declares them
         args += ["--opt", "metric_endpoints=" + ",".join(f"{k}={v}" for k, v in deployed.metrics.items())]
     if deployed.aliases:

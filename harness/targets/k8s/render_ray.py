@@ -4,6 +4,7 @@ a Serve config."""
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
@@ -27,6 +28,7 @@ from harness.targets.k8s.common import (
     shm_volume,
     template,
 )
+from harness.targets.k8s.engines import engine_count, named, replica_labels, replica_object
 from harness.targets.k8s.plan import ClusterSettings
 from stacks.base import Stack
 from stacks.base.engine_env import engine_kwargs
@@ -58,8 +60,10 @@ def serve_config(stack: Stack, cs: ClusterSettings, hf_home: str = RAY_HF_HOME) 
     if ref.revision:
         kwargs["revision"] = ref.revision
     env = ray_env(stack, hf_home)
+    deployment = {"num_replicas": cs.replicas * engine_count(stack), "max_ongoing_requests": o.max_ongoing_requests,
+                  **router_config(stack)}
     llm = {"model_loading_config": {"model_id": served_name(cs), "model_source": ref.model},
-           "deployment_config": {"num_replicas": cs.replicas, "max_ongoing_requests": o.max_ongoing_requests},
+           "deployment_config": deployment,
            "engine_kwargs": kwargs,
            "experimental_configs": {"stream_batching_interval_ms": o.stream_batching_interval_ms},
            "log_engine_metrics": True,
@@ -72,6 +76,19 @@ def serve_config(stack: Stack, cs: ClusterSettings, hf_home: str = RAY_HF_HOME) 
     return {"applications": [app]}
 
 
+def router_config(stack: Stack) -> dict[str, Any]:
+    """The LLMServer replicas' request router where there are several (engine.replicas), as the local Ray stack sets
+    it (stacks/ray.py ROUTERS, scripts/ray_serve_app.py router_config, where the sources are cited): none for
+    Serve's default (power of two choices), else the class and an imbalanced_threshold of 10."""
+    from stacks.ray import ROUTERS
+
+    router = ROUTERS[stack.options.request_router] if engine_count(stack) > 1 else None
+    if router is None:
+        return {}
+    return {"request_router_config": {"request_router_class": router,
+                                      "request_router_kwargs": {"imbalanced_threshold": 10}}}
+
+
 def ray_env(stack: Stack, hf_home: str = RAY_HF_HOME) -> dict[str, str]:
     """Every Ray container's environment: the engine's, and the request path's switches (stacks/ray.py
     REQUEST_PATHS), which Ray reads as its modules import, in the controller and the replicas alike."""
@@ -81,6 +98,10 @@ def ray_env(stack: Stack, hf_home: str = RAY_HF_HOME) -> dict[str, str]:
 
 
 def render_ray(stack: Stack, cs: ClusterSettings, run_id: str, label: str) -> Deployed:
+    """The RayService: a head pod (controller, proxy, ingresses; no GPU) and one GPU worker per engine, and a
+    Service per worker in front of its metrics agent. Several engines (engine.replicas) are as many worker groups
+    of one pod, each labelled with its index, so each engine's ray_vllm_* families are read on their own
+    (ray_metrics@0, ray_metrics@1, ...)."""
     name = object_name(run_id, label, "ray")
     svc = template("ray/rayservice.yaml", name=name, namespace=cs.namespace, image=cs.ray_image,
                    ray_version=ray_version(cs.ray_image), ingress_replicas=stack.options.ingress_replicas)
@@ -89,27 +110,46 @@ def render_ray(stack: Stack, cs: ClusterSettings, run_id: str, label: str) -> De
     cluster = svc["spec"]["rayClusterConfig"]
     if not cluster["rayVersion"]:
         del cluster["rayVersion"]
-    head, worker = cluster["headGroupSpec"]["template"], cluster["workerGroupSpecs"][0]["template"]
-    engine = labels(run_id, label, "engine")
+    head = cluster["headGroupSpec"]["template"]
     head["metadata"]["labels"] = labels(run_id, label, "layer")
-    worker["metadata"]["labels"] = engine
-    for pod, amounts in ((head, resources(cs.ray_head_cpu, cs.ray_head_memory)),
-                         (worker, resources(cs.cpu, cs.memory, cs.gpus))):
-        c = pod["spec"]["containers"][0]
-        c.update(env=env_list(ray_env(stack), cs), resources=amounts,
-                 securityContext=container_security(), volumeMounts=engine_mounts(RAY_HF_HOME))
-        # the head mounts the cache too: the application is built there and may read the model's config
-        pod["spec"]["volumes"] = [cache_volume(cs), shm_volume(cs)]
-        pod["spec"]["automountServiceAccountToken"] = False
-    gpu_pod(worker["spec"], cs)
-    group = cluster["workerGroupSpecs"][0]
-    group["replicas"] = group["minReplicas"] = group["maxReplicas"] = cs.replicas  # a GPU worker per engine
-    _log_sidecar(worker["spec"], cs.ray_image)
-    metrics = _metrics_service(f"{name}-metrics", cs, engine, labels(run_id, label, "layer"))
-    return Deployed(objects=[svc, metrics], ready=[("RayService", name)],
+    _ray_pod(head, stack, cs, resources(cs.ray_head_cpu, cs.ray_head_memory))
+    engine = labels(run_id, label, "engine")
+    count = engine_count(stack)
+    # Each worker's GPUs are its container's nvidia.com/gpu limit: KubeRay passes that to `ray start` as --num-gpus
+    # (ray-operator/controllers/ray/common/pod.go, addWellKnownAcceleratorResources). An LLMServer replica asks for
+    # tensor_parallel_size GPU bundles placed PACK, "as few nodes as possible" (Ray Serve LLM's default:
+    # docs.ray.io/en/latest/serve/llm/user-guides/cross-node-parallelism.html; PACK: ray.util.placement_group's
+    # docs), so with tensor_parallel_size GPUs a worker, each replica runs on one worker of its own.
+    groups, metrics = [], {}
+    template_group = cluster["workerGroupSpecs"][0]
+    for i in range(count):
+        group = copy.deepcopy(template_group)
+        group["groupName"] = replica_object(template_group["groupName"], i, count)
+        group["replicas"] = group["minReplicas"] = group["maxReplicas"] = cs.replicas  # a GPU worker per engine
+        mine = replica_labels(engine, i, count)
+        worker = group["template"]
+        worker["metadata"]["labels"] = mine
+        _ray_pod(worker, stack, cs, resources(cs.cpu, cs.memory, cs.gpus))
+        gpu_pod(worker["spec"], cs)
+        _log_sidecar(worker["spec"], cs.ray_image)
+        groups.append(group)
+        metrics[replica_object(f"{name}-metrics", i, count)] = mine
+    cluster["workerGroupSpecs"] = groups
+    services = [_metrics_service(m, cs, mine, labels(run_id, label, "layer")) for m, mine in metrics.items()]
+    urls = [f"{service_url(m, cs.namespace, METRICS_PORT)}/metrics" for m in metrics]
+    return Deployed(objects=[svc, *services], ready=[("RayService", name)],
                     url=service_url(f"{name}-serve-svc", cs.namespace, SERVE_PORT), engine_selector=selector(engine),
-                    metrics={"ray_metrics": f"{service_url(metrics['metadata']['name'], cs.namespace, METRICS_PORT)}"
-                             "/metrics"}, aliases=("ray_vllm_",), engine_images=[cs.ray_image])
+                    metrics=named(urls, "ray_metrics"), aliases=("ray_vllm_",), engine_images=[cs.ray_image])
+
+
+def _ray_pod(pod: dict[str, Any], stack: Stack, cs: ClusterSettings, amounts: dict[str, Any]) -> None:
+    """A Ray pod's container (its environment, resources, the HF cache) and volumes. The head mounts the cache too:
+    the application is built there and may read the model's config."""
+    c = pod["spec"]["containers"][0]
+    c.update(env=env_list(ray_env(stack), cs), resources=amounts, securityContext=container_security(),
+             volumeMounts=engine_mounts(RAY_HF_HOME))
+    pod["spec"]["volumes"] = [cache_volume(cs), shm_volume(cs)]
+    pod["spec"]["automountServiceAccountToken"] = False
 
 
 def _log_sidecar(pod: dict[str, Any], image: str) -> None:

@@ -9,8 +9,9 @@ from stacks.vllm_router import IMAGE, METRICS_PORT, PORT, VllmRouterStack
 
 
 def render_k8s(stack: Stack, cs: Any, run_id: str, label: str) -> Any:
-    """The bare vLLM (its Deployment and Service) and the router's Deployment and Service in front of it
-    (manifests/vllm-router/), its metrics on their own port of the same Service."""
+    """The bare vLLM engines (a Deployment and Service each, engine.replicas of them) and the router's Deployment
+    and Service in front of them (manifests/vllm-router/), every engine's Service one of its --worker-urls, its
+    metrics on their own port of the same Service."""
     from harness.targets.k8s.common import (
         Deployed,
         container_security,
@@ -20,6 +21,7 @@ def render_k8s(stack: Stack, cs: Any, run_id: str, label: str) -> Any:
         service_url,
         template,
     )
+    from harness.targets.k8s.engines import engine_metrics, engine_urls
     from harness.targets.k8s.render_vllm import render_vllm
 
     assert isinstance(stack, VllmRouterStack)
@@ -32,7 +34,7 @@ def render_k8s(stack: Stack, cs: Any, run_id: str, label: str) -> Any:
     dep["spec"]["replicas"] = cs.replicas
     pod = dep["spec"]["template"]
     pod["metadata"]["labels"] = mine
-    pod["spec"]["containers"][0].update(args=stack.args([engine.url], "0.0.0.0", PORT, METRICS_PORT),
+    pod["spec"]["containers"][0].update(args=stack.args(engine_urls(engine), "0.0.0.0", PORT, METRICS_PORT),
                                         resources=resources(cs.front_cpu, cs.front_memory),
                                         securityContext=container_security())
     svc = template("vllm-router/service.yaml", name=name, namespace=cs.namespace, port=PORT,
@@ -42,4 +44,4 @@ def render_k8s(stack: Stack, cs: Any, run_id: str, label: str) -> Any:
     return Deployed(objects=[*engine.objects, dep, svc], ready=[*engine.ready, ("Deployment", name)], url=url,
                     engine_selector=engine.engine_selector,
                     metrics={"router_metrics": service_url(name, cs.namespace, METRICS_PORT) + "/metrics",
-                             "engine": engine.metrics["api"]}, engine_images=engine.engine_images)
+                             **engine_metrics(engine)}, engine_images=engine.engine_images)
