@@ -43,11 +43,12 @@ def routing_lines(s: CompareSummary) -> list[str]:
             f"requests per engine max/mean {_ratio(b.imbalance)} → {_ratio(st.imbalance)}, requests held "
             f"{_ratio(b.load_imbalance)} → {_ratio(st.load_imbalance)}; TTFT p95 "
             f"{fmt(lv.baseline_ttft_p95_ms, '{:,.0f}')} → {fmt(lv.stack_ttft_p95_ms, '{:,.0f}')} ms ({change:+.0f}%"
-            + (f", {ttft.verdict}" if ttft is not None else "") + "); " + split_text(_split_at(s, lv.level))]
+            + (f", {ttft.verdict}" if ttft is not None else "") + "); " + split_text(_splits(s).get(lv.level))]
 
 
-def _split_at(s: CompareSummary, level: float) -> LevelSplit | None:
-    return next((r for r in split(s.runs) if r.level == level), None) if s.runs else None
+def _splits(s: CompareSummary) -> dict[float, LevelSplit]:
+    """Each level's split, read once from the runs' summaries."""
+    return {r.level: r for r in split(s.runs)} if s.runs else {}
 
 
 def gain_and_hop(r: LevelSplit | None) -> tuple[float, float, float] | None:
@@ -85,11 +86,12 @@ def routing_tables(s: CompareSummary) -> list[Table]:
     levels = _several(s)
     if not levels:
         return []
+    splits = _splits(s)
     rows = []
     for lv in levels:
         b, st = lv.baseline_routing, lv.stack_routing
         assert b is not None and st is not None
-        got = gain_and_hop(_split_at(s, lv.level))
+        got = gain_and_hop(splits.get(lv.level))
         rows.append([level_text(lv.level, lv.rate is not None), share_pct(b.hit_rate), share_pct(st.hit_rate),
                      _per_engine(b), _per_engine(st), _ratio(b.imbalance), _ratio(st.imbalance),
                      _ratio(b.load_imbalance), _ratio(st.load_imbalance),
