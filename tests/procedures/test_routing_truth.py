@@ -94,12 +94,15 @@ def test_round_robin_routing_gains_nothing(tmp_path, write_profile):
 def test_an_aa_of_two_bare_engines_calls_nothing(tmp_path, write_profile):
     s = _compare(tmp_path, _profile(write_profile), "sim")
     (lv,) = s.levels
-    # the same engines read the same: every endpoint's estimate within 10% of none. (Two pairs that agree closely
-    # can still call a difference of a few % on a host running other tests: the method's 5% false-positive rate at
-    # a tiny standard error, seen 1 in 6 runs here with both cores busy; that is not routing and not asserted.)
+    # the same engines read the same: every endpoint's estimate within 10% of none, and a difference called, if any,
+    # lies inside the 5% equivalence margin. The test behind a call rejects "no effect" at 5% by design, so an A/A
+    # of two pairs that agree closely calls one now and then: CI saw throughput -0.8% (-1.5…-0.1%) called overhead
+    # with both cores busy. Asserting no call at all would fail by the method's own false-positive rate.
     for name, v in lv.endpoints.items():
         assert abs(math.exp(v.estimate) - 1.0) < 0.10, (name, v)
-    assert lv.endpoints["throughput"].verdict in ("equivalent", "inconclusive"), lv.endpoints["throughput"]
+        if v.verdict in ("overhead", "gain") and v.lo is not None and v.hi is not None:
+            inside = (math.exp(v.lo) - 1, math.exp(v.hi) - 1) if name != "goodput" else (v.lo, v.hi)
+            assert -0.05 < inside[0] and inside[1] < 0.05, (name, v)
     assert lv.stack_routing.replicas == lv.baseline_routing.replicas == 2
     assert s.versions == {"baseline": "sim-0.32.0", "stack": "sim-0.32.0"}
 
