@@ -74,8 +74,26 @@ async def read_request(reader: asyncio.StreamReader) -> Request | None:
         if ":" in ln:
             k, v = ln.split(":", 1)
             headers[k.strip().lower()] = v.strip()
-    body = await reader.readexactly(int(headers.get("content-length", 0) or 0))
+    try:
+        if headers.get("transfer-encoding", "").lower() == "chunked":  # a proxy streaming a body it did not measure
+            body = await read_chunked(reader)
+        else:
+            body = await reader.readexactly(int(headers.get("content-length", 0) or 0))
+    except ValueError:  # a size that is not a number: nothing more on this connection can be read
+        return None
     return Request(method, path.split("?", 1)[0], headers, body)
+
+
+async def read_chunked(reader: asyncio.StreamReader) -> bytes:
+    """A chunked body (RFC 9112 section 7.1): each chunk's size in hex (any `;extension` ignored), its bytes and a
+    CRLF, up to the size 0; then the trailer section, up to its empty line."""
+    parts = []
+    while size := int((await reader.readuntil(b"\r\n")).split(b";", 1)[0].strip(), 16):
+        parts.append(await reader.readexactly(size))
+        await reader.readexactly(2)
+    while await reader.readuntil(b"\r\n") != b"\r\n":
+        pass
+    return b"".join(parts)
 
 
 def serve(handler: Handler, open_writers: set[asyncio.StreamWriter]
