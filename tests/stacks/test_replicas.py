@@ -132,7 +132,7 @@ def test_fewer_prefix_groups_than_replicas_is_warned(tmp_path, write_profile, ca
     assert "1 shared-prefix group for 2 replicas" in err, err
 
 
-@pytest.mark.parametrize("kind", ["vllm", "ray", "vllm-router", "litellm", "envoy"])
+@pytest.mark.parametrize("kind", ["vllm", "ray", "vllm-router", "litellm", "envoy", "smg"])
 def test_a_router_and_its_n_bare_engines_plan_the_same_engine_settings(tmp_path, kind):
     from harness.procedures.dryrun import _differences, _side
 

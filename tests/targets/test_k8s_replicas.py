@@ -75,7 +75,7 @@ def selects(selector: str, pod_labels: dict[str, str]) -> bool:
 
 # --- every router stack, every validator -----------------------------------------------------------------
 
-@pytest.mark.parametrize("kind", ["vllm", "vllm-router", "litellm", "ray"])
+@pytest.mark.parametrize("kind", ["vllm", "vllm-router", "smg", "litellm", "ray"])
 def test_two_engines_a_side_pass_the_validators_with_unique_names_and_their_gpus(kind):
     p = plan(kind, tp=2)
     assert plan_problems(p, "1.33") == []
@@ -137,6 +137,25 @@ def test_vllm_router_has_every_engine_service_as_a_worker_and_reads_each_engine(
     assert f"engine@0={urls[0]}/metrics" in endpoints and f"engine@1={urls[1]}/metrics" in endpoints
     assert "router_metrics=" in endpoints and "spread" not in opts(load_args(side))  # the router picks the engine
     assert side.url == f"http://lb-stack-vllm-router-abc123.{NS}.svc.cluster.local:8080"
+
+
+def test_smg_has_every_engine_service_as_a_worker_and_the_local_stacks_arguments():
+    side = plan("smg", policy="round_robin").sides[1]
+    urls = [engine_url("stack", "vllm", i) for i in range(2)]
+    (c,) = named(side, "Deployment", "lb-stack-smg-abc123")["spec"]["template"]["spec"]["containers"]
+    # the image's `smg` script with the local stack's `launch ...`: the same gateway whatever the image's entrypoint
+    assert c["command"] == ["smg"] and c["args"][0] == "launch" and c["image"] == "lightseekorg/smg:1.13.0"
+    args = c["args"]
+    at = args.index("--worker-urls")
+    assert args[at + 1:at + 3] == urls and args[at + 3].startswith("--")
+    assert args[args.index("--policy") + 1] == "round_robin" and args[args.index("--host") + 1] == "0.0.0.0"
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"http": int(args[args.index("--port") + 1]),
+                     "metrics": int(args[args.index("--prometheus-port") + 1])}
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readiness"
+    endpoints = opts(load_args(side))["metric_endpoints"]
+    assert f"engine@1={urls[1]}/metrics" in endpoints and f"smg_metrics=http://lb-stack-smg-abc123.{NS}" in endpoints
+    assert side.url == f"http://lb-stack-smg-abc123.{NS}.svc.cluster.local:{ports['http']}"
 
 
 def test_litellm_has_one_model_list_entry_per_engine_under_the_served_name():
