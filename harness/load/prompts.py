@@ -1,6 +1,7 @@
 """The requests a load process sends. By default every prompt starts with a digest of (run, level, request,
 phase), so no two requests of a run, or of two runs, share a first KV block and prefix caching cannot flatter a
-stack; the rest is filler to the request's length. A profile may instead draw lengths from a distribution, take
+stack (a profile's `seed` takes the run's place: two runs with one seed send the same requests, each to a fresh
+deployment); the rest is filler to the request's length. A profile may instead draw lengths from a distribution, take
 prompts from a dataset file, or put requests in groups that share a prefix (harness.profile.workload).
 
 Nothing here depends on which side sends: both sides of a compare send byte-identical requests in the same order
@@ -91,8 +92,10 @@ class PromptGenerator:
 
     @classmethod
     def for_profile(cls, run_id: str, key: str, profile, tokenizer_path: Path | None) -> PromptGenerator:
-        """A load process's requests for `profile` (a LoadProfile)."""
-        return cls(run_id, key, Workload.of(profile), tokenizer_path)
+        """A load process's requests for `profile` (a LoadProfile): drawn from its `seed` where it sets one, so two
+        runs send byte-identical requests, else from the run id, so no two runs share one."""
+        draws = run_id if profile.seed is None else f"seed {profile.seed}"
+        return cls(draws, key, Workload.of(profile), tokenizer_path)
 
     def counted_with(self, whose: str) -> str:
         """What the run summary says counted prompt lengths: the tokenizer.json and whose it is, or NO_TOKENIZER."""

@@ -228,8 +228,10 @@ class LoadProfile(BaseModel):
         "rates and `concurrency` is not used")
     arrival: Literal["poisson", "constant"] = Field(
         "poisson", description="open loop: inter-arrival gaps, exponential (poisson) or 1/rate (constant)")
-    seed: int | None = Field(None, description="open loop: seed of the poisson schedule (default: from the run "
-                             "id, so a run, its resume and both sides of a compare replay the same arrivals)")
+    seed: int | None = Field(None, description="every drawn thing: prompt text and prefixes, drawn lengths, dataset "
+                             "picks, the poisson schedule; two runs with one seed send byte-identical requests "
+                             "(default: from the run id, so a run, its resume and both sides of a compare send the "
+                             "same ones, and two runs different ones)")
 
     @model_validator(mode="before")
     @classmethod
@@ -279,9 +281,8 @@ class LoadProfile(BaseModel):
                 call_default_factory=True):
             raise ValueError("set either `concurrency` (closed loop: requests in flight) or `rates` (open loop: "
                              "requests per second), not both")
-        if self.rates is None and (self.arrival != "poisson" or self.seed is not None):
-            raise ValueError(f"`{'arrival' if self.arrival != 'poisson' else 'seed'}` applies to open-loop profiles "
-                             "only: set `rates` (req/s) too, or remove it")
+        if self.rates is None and self.arrival != "poisson":
+            raise ValueError("`arrival` applies to open-loop profiles only: set `rates` (req/s) too, or remove it")
 
         self._workload_fits()
         short = [x for x in self.levels() if self.requests_for(x) < min_requests()]

@@ -228,7 +228,6 @@ def test_open_loop_profiles(write_profile):
     ({"rates": [2], "arrival": "uniform"}, r"field 'arrival'.*'poisson' or 'constant'"),
     ({"rates": [2], "concurrency": [1]}, r"either `concurrency`.*or `rates`"),
     ({"arrival": "constant"}, r"`arrival` applies to open-loop profiles only"),
-    ({"seed": 3}, r"`seed` applies to open-loop profiles only"),
     ({"rates": [2], "requests": 12}, r"levels \[2\.0\].*`requests` or `min_duration_s`"),
 ])
 def test_malformed_open_loop_profiles_are_refused(write_profile, fields, match):

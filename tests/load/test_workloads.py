@@ -235,3 +235,20 @@ def test_a_dataset_run_sends_the_datasets_prompts_and_answer_lengths(tmp_path, w
     assert len({r["output_tokens"] for r in recs}) >= 4 and all(2 <= r["output_tokens"] <= 100 for r in recs)
     assert all(r["input_asked"] > 30 for r in recs)  # a dataset prompt of 30+ words after the request's block
     assert all(r["output_tokens"] == r["output_asked"] for r in recs)  # the engine streamed what was asked
+
+
+@pytest.mark.slow  # four closed-loop runs against the reference engine (~2 s each)
+def test_one_seed_sends_byte_identical_requests_in_any_run_and_none_sends_new_ones(tmp_path, write_profile):
+    def run(name: str, **seed) -> list[tuple]:
+        profile = write_profile(concurrency=[2], requests=24, requests_per_concurrency=0, input_tokens=LOGNORMAL,
+                                output_tokens={"uniform": [4, 12]}, prefix={"groups": 3, "shared_tokens": 24},
+                                warmup_sweep=False, **seed)
+        assert main(["run", "--stack", "sim", "--profile", str(profile), "--results-dir", str(tmp_path / name),
+                     "--opt", "ttft_ms=2", "--opt", "itl_ms=1"]) == 0
+        (got,) = digests(next((tmp_path / name).iterdir())).values()
+        assert len(got) == 24 and len({d for *_, d in got}) == 24, got
+        return got
+
+    assert run("a", seed=7) == run("b", seed=7)  # closed loop: every draw from the seed, not the run
+    assert not {d for *_, d in run("c", seed=8)} & {d for *_, d in run("a2", seed=7)}
+    assert not {d for *_, d in run("d")} & {d for *_, d in run("e")}  # no seed: each run its own requests
