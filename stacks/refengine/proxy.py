@@ -40,7 +40,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness.wire import ChunkedDecoder
 from stacks.refengine.http import Request, Responder, run_server
-from stacks.refengine.server import PREFIX_BLOCK_CHARS, config_parser
+from stacks.refengine.prefix import PREFIX_BLOCK_CHARS
+from stacks.refengine.server import config_parser
 from stacks.refengine.timing import PreciseTimer
 
 

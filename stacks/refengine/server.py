@@ -30,7 +30,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Literal
 
@@ -39,11 +38,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from stacks.refengine.http import Request, Responder, run_server
 from stacks.refengine.metrics import SimMetrics
+from stacks.refengine.prefix import PrefixCache
 from stacks.refengine.render import render
 from stacks.refengine.timing import PreciseTimer
-
-PREFIX_BLOCK_CHARS = 64  # the "first KV block" of a prompt for the simulated prefix cache
-BLOCK_TOKENS = 16
 
 
 class SimConfig(BaseModel):
@@ -133,8 +130,7 @@ class Engine:
         self.slots = asyncio.Semaphore(cfg.max_num_seqs)
         self.running = self.waiting = self.kv_tokens = 0
         self.metrics = SimMetrics(cfg.model, cfg.kv_capacity_tokens)
-        self.seen_blocks: OrderedDict[str, None] = OrderedDict()  # the prefix cache, least recently used first
-        self.hits = 0
+        self.prefix = PrefixCache(cfg.prefix_cache_blocks)
         # what the server actually did (perf_counter_ns = CLOCK_MONOTONIC, the client's clock too)
         self.late_first_ns: list[int] = []  # actual send - due, first content event
         self.first_sent_ns: list[int] = []  # when each first content event was sent (absolute: a client pairs its own)
@@ -216,7 +212,7 @@ class Engine:
 
         return {"late_first": pct(self.late_first_ns), "late_event": pct(self.late_event_ns),
                 "ttft": pct(self.ttft_ns), "e2e": pct(self.e2e_ns), "itl": pct(self.itl_ns),
-                "requests": self.counter, "first_sent_ns": self.first_sent_ns, "prefix_hits": self.hits,
+                "requests": self.counter, "first_sent_ns": self.first_sent_ns, "prefix_hits": self.prefix.hits,
                 "noise": {"deployment_factor": self.deployment_factor, "window_factors": self.window_factors,
                           "drift_per_min": self.cfg.drift_per_min, "drift_epoch": self.epoch}}
 
@@ -266,9 +262,8 @@ class Engine:
             kv = prompt_tokens + max_tokens
             self.kv_tokens += kv
             t_admit = time.perf_counter_ns()
-            hit = self.cache(prompt[:PREFIX_BLOCK_CHARS])
-            self.metrics.on_admit(prompt_tokens, max_tokens, (t_admit - t_arrival) / 1e9, BLOCK_TOKENS * hit,
-                                  BLOCK_TOKENS)
+            hit, cached, queried = self.prefix.admit(prompt)
+            self.metrics.on_admit(prompt_tokens, max_tokens, (t_admit - t_arrival) / 1e9, cached, queried)
             self._publish()
             try:
                 await self._stream(resp, Generation(rid, chat, triton, include_usage, prompt_tokens, max_tokens, cut,
@@ -277,16 +272,6 @@ class Engine:
                 self.running -= 1
                 self.kv_tokens -= kv
                 self._publish()
-
-    def cache(self, block: str) -> bool:
-        """Whether `block` was in the prefix cache; it is the most recently used one now."""
-        hit = block in self.seen_blocks
-        self.seen_blocks[block] = None
-        self.seen_blocks.move_to_end(block)
-        if self.cfg.prefix_cache_blocks and len(self.seen_blocks) > self.cfg.prefix_cache_blocks:
-            self.seen_blocks.popitem(last=False)
-        self.hits += hit
-        return hit
 
     def _publish(self) -> None:
         self.metrics.set_state(self.running, self.waiting, self.kv_tokens)
