@@ -42,7 +42,9 @@ def profile_levels(sweep: SweepRun) -> None:
 
 def _profiled(sweep: SweepRun, profiler: Profiler, c: float) -> ProfiledLevel:
     stack, s = sweep.stack, sweep.summary
-    name = f"{s.label}-{level_text(c, sweep.profile.open_loop).replace('=', '')}"
+    # the window's files' names: `stack-c4`, or `stack-r2.5` for an open-loop level (its text, `2.5 req/s`, holds a
+    # slash, which made a folder of it: every open-loop profiled window failed to write its py-spy log)
+    name = f"{s.label}-{'r' if sweep.profile.open_loop else 'c'}{c:g}"
     snaps: list[dict[int, tuple[str, float]]] = []
     kept: list[dict] = []
 
