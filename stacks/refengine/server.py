@@ -85,6 +85,9 @@ class SimConfig(BaseModel):
                                          "max_model_len is refused at start-up, as vLLM refuses it")
     prefix_cache_blocks: int = Field(0, ge=0, description="prompts' first blocks (PREFIX_BLOCK_CHARS) the prefix "
                                      "cache holds, the least recently used dropped first (0: every one seen)")
+    prefix_count: Literal["first", "chain"] = Field("first", description="first: a prompt's first block stands for "
+                                                    "its prefix; chain: every block, hits up to the first miss, as "
+                                                    "vLLM counts them (stacks/refengine/prefix.py)")
     prefix_hit_saves_ms: float = Field(0.0, ge=0, description="a request whose first block is in the prefix cache "
                                        "gets its first token this much sooner, its prefill partly skipped (0: hits "
                                        "are counted in the metrics and change no timing)")
@@ -130,7 +133,7 @@ class Engine:
         self.slots = asyncio.Semaphore(cfg.max_num_seqs)
         self.running = self.waiting = self.kv_tokens = 0
         self.metrics = SimMetrics(cfg.model, cfg.kv_capacity_tokens)
-        self.prefix = PrefixCache(cfg.prefix_cache_blocks)
+        self.prefix = PrefixCache(cfg.prefix_cache_blocks, cfg.prefix_count)
         # what the server actually did (perf_counter_ns = CLOCK_MONOTONIC, the client's clock too)
         self.late_first_ns: list[int] = []  # actual send - due, first content event
         self.first_sent_ns: list[int] = []  # when each first content event was sent (absolute: a client pairs its own)
@@ -262,7 +265,7 @@ class Engine:
             kv = prompt_tokens + max_tokens
             self.kv_tokens += kv
             t_admit = time.perf_counter_ns()
-            hit, cached, queried = self.prefix.admit(prompt)
+            hit, cached, queried = self.prefix.admit(prompt, prompt_tokens)
             self.metrics.on_admit(prompt_tokens, max_tokens, (t_admit - t_arrival) / 1e9, cached, queried)
             self._publish()
             try:
