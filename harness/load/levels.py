@@ -5,7 +5,7 @@ callbacks, is the same either way, so it is written once here."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from harness.load.barrier import Shard
 from harness.load.client import RequestRecord, StreamClient
@@ -64,6 +64,11 @@ class Driver:
         if self.open_loop:
             plan = RatePlan(self.rate(level), n, repeat=repeat, warmup_waves=p.warmup_waves, arrival=p.arrival,
                             seed=self.seed)
+            if p.trace is not None:  # the trace's own arrivals; of N load processes, each sends every Nth request
+                k, count = (self.shard.index, self.shard.count) if self.shard else (0, 1)
+                every = p.replay().offsets_ns()
+                mine = tuple(range(k, len(every), count))
+                plan = replace(plan, offsets=tuple(every[i] for i in mine), indices=mine)
             return await run_rate_level(self.sender, plan, hooks)
         return await run_level(self.sender, LevelPlan(self.part(int(level)), n, repeat=repeat,
                                                       warmup_waves=p.warmup_waves, min_duration_s=p.min_duration_s),

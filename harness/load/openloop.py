@@ -113,13 +113,15 @@ class RatePlan:
     warmup_waves: int = 1
     arrival: str = "poisson"
     seed: int | str = 0
+    offsets: tuple[int, ...] | None = None  # a trace's arrivals (ns after the first) instead of a drawn schedule
+    indices: tuple[int, ...] | None = None  # which of the trace's requests this process sends (offsets' order)
 
 
 async def drive_open(sender: Sender, phase: Phase, offsets: list[int], pool: Pool,
-                     on_record: Callable[[RequestRecord], None]) -> Flow:
-    """Sends request i at t0 + offsets[i] (phase.level: the rate). As in runner.drive, every request taken is
-    recorded exactly once (sent = recorded), also when the phase is stopped by a dead deployment, Ctrl-C or a failed
-    write."""
+                     on_record: Callable[[RequestRecord], None], indices: tuple[int, ...] | None = None) -> Flow:
+    """Sends request i at t0 + offsets[i] (phase.level: the rate), as request indices[i] where given (a trace's
+    own numbering). As in runner.drive, every request taken is recorded exactly once (sent = recorded), also when
+    the phase is stopped by a dead deployment, Ctrl-C or a failed write."""
     clock = time.perf_counter_ns
     client, gen, dead = sender.client, sender.gen, sender.dead  # locals: each request reads them
     rate, repeat, name, keep = phase.level, phase.repeat, phase.name, phase.keep
@@ -152,6 +154,8 @@ async def drive_open(sender: Sender, phase: Phase, offsets: list[int], pool: Poo
         began = clock()
         if flow.take() is None:  # taken once started: a task cancelled before it ran sent nothing
             return
+        if indices is not None:
+            i = indices[i]
         rec = RequestRecord(level=rate, index=i, repeat=repeat, phase=name, t_due_ns=due,  # type: ignore[arg-type]
                             t_task_ns=began)
         conn = None
@@ -234,9 +238,10 @@ async def run_rate_level(sender: Sender, plan: RatePlan, hooks: Hooks = NO_HOOKS
             if warmup.abort:
                 return LevelRun(concurrency=0, rate=rate, repeat=repeat, records=[], sent=0, aborted=warmup.abort,
                                 client=judge_client(0.0, Dist(), Dist()), process_cpu_s={}, window_s=0.0)
-        offsets = schedule(rate, plan.requests, arrival, seed, repeat, "measure")
-        w = await measured_window(
-            lambda measured: drive_open(sender, Phase(rate, repeat, "measure"), offsets, pool, measured), hooks)
+        offsets = list(plan.offsets) if plan.offsets is not None else \
+            schedule(rate, plan.requests, arrival, seed, repeat, "measure")
+        w = await measured_window(lambda measured: drive_open(sender, Phase(rate, repeat, "measure"), offsets, pool,
+                                                              measured, plan.indices), hooks)
     finally:
         pool.close()
     records = w.flow.records

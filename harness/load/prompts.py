@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.load.datasets import Entry, load_dataset
-from harness.profile.workload import Length, PrefixGroups, Sessions, bounds, draw, unit
+from harness.profile.traces import Trace, TraceRequest, load_trace
+from harness.profile.workload import Length, PrefixGroups, Sessions, TraceReplay, bounds, draw, unit
 
 # Filler is ordinary ASCII words; only the prefix has to differ between prompts.
 _FILLER_WORDS = (
@@ -53,12 +54,14 @@ class Workload:
     dataset: str | None = None
     max_len: int | None = None
     sessions: Sessions | None = None
+    trace: TraceReplay | None = None
 
     @classmethod
     def of(cls, profile) -> Workload:
         """A LoadProfile's workload."""
         return cls(profile.input_tokens, output_tokens=profile.output_tokens, prefix=profile.prefix,
-                   dataset=profile.dataset, max_len=profile.engine.max_model_len, sessions=profile.sessions)
+                   dataset=profile.dataset, max_len=profile.engine.max_model_len, sessions=profile.sessions,
+                   trace=profile.trace)
 
 
 NO_TOKENIZER = "4 characters a token (no tokenizer.json found): input lengths are not in the served model's tokens"
@@ -85,10 +88,14 @@ class PromptGenerator:
         self._entries: list[Entry] = load_dataset(dataset, self.count_tokens, max_len, self.longest_output(),
                                                   str(tokenizer_path) if self._tokenizer else "chars").entries \
             if dataset else []
-        # the default (a fixed length, no groups, no dataset) keeps its exactly fitted filler
-        self._fixed = self._fit_filler() if isinstance(input_tokens, int) and prefix is None else None
+        self.trace: Trace | None = load_trace(w.trace, max_len) if w.trace else None
+        self._blocks: dict[tuple[int, int], int] = {}  # (repeat, block id) -> its digest's tokens
+        # the default (a fixed length, no groups, no dataset, no trace) keeps its exactly fitted filler
+        fixed = isinstance(input_tokens, int) and prefix is None and self.trace is None
+        self._fixed = self._fit_filler() if fixed else None
         shared = prefix.shared_tokens if prefix else 0
-        self._cut = None if self._fixed is not None else self._cutter(max(self._longest(), shared))
+        longest = max(r.input_tokens for r in self.trace.requests) if self.trace else self._longest()
+        self._cut = None if self._fixed is not None else self._cutter(max(longest, shared))
 
     @classmethod
     def for_profile(cls, run_id: str, key: str, profile, tokenizer_path: Path | None) -> PromptGenerator:
@@ -154,6 +161,8 @@ class PromptGenerator:
     def request(self, level: float, index: int, phase: str = "measure") -> Request:
         """The request at (level, index, phase): its prompt, max_tokens and asked-for prompt length."""
         head = unique_prefix(self.run_id, self.stack, level, index, phase)  # type: ignore[arg-type]
+        if self.trace is not None:
+            return self._replayed(head, index, phase)
         key = (self.run_id, self.stack, phase, level, index)
         entry = self._entries[int(unit(*key, "entry") * len(self._entries))] if self._entries else None
         out = self._max_tokens(key, entry)
@@ -181,3 +190,34 @@ class PromptGenerator:
         if not history:
             return new
         return Request(f"{history}\n{new.text}", new.max_tokens, history_tokens + 1 + new.input_tokens)
+
+    def _replayed(self, head: str, index: int, phase: str) -> Request:
+        """A trace's request `index` (plus repeat x 1,000,000): measured, its prompt is its blocks' text, each
+        block's the same wherever its id recurs in this repeat (the run's or seed's own, so nothing an earlier run
+        or repeat sent is cached), then a unique part for any tokens its blocks do not cover; any other phase (the
+        warmup) sends a unique prompt of its lengths, which primes no block."""
+        assert self.trace is not None and self._cut is not None
+        repeat, i = divmod(index, 1_000_000)
+        r: TraceRequest = self.trace.requests[i % len(self.trace.requests)]
+        b, n = self.trace.block_tokens, r.input_tokens
+        blocks = r.blocks[:-(-n // b)] if phase == "measure" and b else ()
+        text = "".join(self._block(repeat, h, min(b, n - j * b)) for j, h in enumerate(blocks))
+        rest = n - sum(min(b, n - j * b) for j in range(len(blocks)))
+        if rest > 0:  # a unique head, then filler to the length (a head longer than what is left overshoots it)
+            text += f" {head} {self._cut(rest - self.count_tokens(' ' + head))}".rstrip()
+        return Request(text, r.output_tokens, n)
+
+    def _block(self, repeat: int, block: int, n: int) -> str:
+        """The first n tokens of block `block`: a space and a digest of (seed, repeat, block), so that no two blocks
+        begin alike, then the filler every block shares. Each piece starts with a space, where a tokenizer splits,
+        so a prompt's tokens are its blocks' tokens one after another and a block's tokens are counted once."""
+        key = (repeat, block)
+        lead = f" {unique_prefix(self.run_id, 'block', repeat, block, 'trace')}"
+        if key not in self._blocks:
+            self._blocks[key] = self.count_tokens(lead)
+        own = self._blocks[key]
+        if n > own:
+            return f"{lead} {self._cut(n - own)}"  # type: ignore[misc]
+        if self._tokenizer is None:
+            return lead[:4 * n]
+        return lead[:self._tokenizer.encode(lead, add_special_tokens=False).offsets[n - 1][1]]

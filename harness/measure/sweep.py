@@ -105,7 +105,7 @@ class SweepRun:
         self.sampler = CoreSampler([os.getpid()], writer.dir / f"cores-{summary.label}.raw.json")
         self.gpus = GpuSampler(stack.settings.devices, writer.dir / f"gpu-{summary.label}.jsonl")
         summary.scrape_policy, summary.warmup_sweep = profile.scrape, profile.warms_every_level()
-        summary.shared_prefix = profile.prefix is not None or profile.sessions is not None  # reuse is meant
+        summary.shared_prefix = any(x is not None for x in (profile.prefix, profile.sessions, profile.trace))  # meant
         summary.gpu_telemetry, summary.devices = telemetry_note(stack.settings.devices), list(stack.settings.devices)
         summary.tokenizer = gen.counted_with(whose_tokenizer(stack))
         self.labels: dict[int, str] = {os.getpid(): "load client"}

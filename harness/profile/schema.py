@@ -17,7 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from harness.errors import LayerbenchError
 from harness.profile.models import model_kind
-from harness.profile.workload import Length, PrefixGroups, Sessions, Uniform, bounds, describe
+from harness.profile.traces import Trace, load_trace
+from harness.profile.workload import Length, PrefixGroups, Sessions, TraceReplay, Uniform, bounds, describe
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "profiles"
 # requests per half of a window's stationarity check (harness.analysis.steady): fewer say nothing of a median
@@ -172,6 +173,9 @@ class LoadProfile(BaseModel):
                                         "default: every prompt begins with a block of its own")
     sessions: Sessions | None = Field(None, description="multi-turn chats {turns: T, think_time_s: X}: a level's "
                                       "concurrency counts chats in flight, each turn sending the conversation so far")
+    trace: TraceReplay | None = Field(None, description="a production trace replayed as one open-loop level on "
+                                      "its own arrival times: {path, format, time_scale, start_s, duration_s, "
+                                      "max_requests, jitter, block_tokens}")
     api: Literal["completions", "chat"] = "completions"
     ignore_eos: bool = True
     request_timeout_s: float = Field(120.0, gt=0)
@@ -298,6 +302,12 @@ class LoadProfile(BaseModel):
     def _workload_fits(self) -> None:
         """A dataset with its lengths, a shared prefix inside every prompt, and the longest request inside
         max_model_len."""
+        if self.trace is not None:  # its lengths are the trace's, fitted to max_model_len as it is read
+            default = type(self).model_fields["concurrency"].get_default(call_default_factory=True)
+            if self.rates is not None or self.dataset or self.prefix or self.sessions or self.concurrency != default:
+                raise ValueError("a trace sets its own arrivals, lengths and prefixes: remove `concurrency`, `rates`, "
+                                 "`dataset`, `prefix` and `sessions` from a profile with `trace`")
+            return
         uses = "dataset" in (self.input_tokens, self.output_tokens)
         if uses and self.dataset is None:
             raise ValueError("input_tokens or output_tokens `dataset` needs `dataset: PATH` (a ShareGPT JSON or JSONL "
@@ -320,6 +330,9 @@ class LoadProfile(BaseModel):
 
     def shape_text(self) -> str:
         """The request shape as a report names it: `128/64`, or its distributions."""
+        if self.trace is not None:
+            scale = f" at {self.trace.time_scale:g}x" if self.trace.time_scale != 1 else ""
+            return f"the {self.trace.format} trace {Path(self.trace.path).name}{scale}"
         text = f"{describe(self.input_tokens)}/{describe(self.output_tokens)}"
         if self.dataset:
             text += f" from {Path(self.dataset).name}"
@@ -345,22 +358,35 @@ class LoadProfile(BaseModel):
     def requests_for(self, level: float) -> int:
         """Window size. Closed loop: short windows at high concurrency are all ramp and tail (see DESIGN, window
         size). Open loop: at least `requests`, and at least rate x `min_duration_s` (the schedule's length)."""
+        if self.trace is not None:  # the replay: every request of its window
+            return len(self.replay().requests)
         if self.open_loop:
             return max(self.requests, math.ceil(level * self.min_duration_s))
         return max(self.requests, self.requests_per_concurrency * int(level))
 
     @property
     def open_loop(self) -> bool:
-        """Levels are offered request rates (`rates`), not concurrencies."""
-        return self.rates is not None
+        """Levels are offered request rates (`rates`, or a trace's), not concurrencies."""
+        return self.rates is not None or self.trace is not None
 
     def levels(self) -> list[float] | list[int]:
-        """The levels to measure: rates (req/s) in an open-loop profile, concurrencies otherwise."""
+        """The levels to measure: rates (req/s) in an open-loop profile (a trace's mean rate: its one level),
+        concurrencies otherwise."""
+        if self.trace is not None:
+            return [round(self.replay().mean_rate(), 2)]
         return list(self.rates) if self.rates is not None else list(self.concurrency)
+
+    def replay(self) -> Trace:
+        """The trace as replayed: read once per process and file."""
+        assert self.trace is not None
+        return load_trace(self.trace, self.engine.max_model_len)
 
     def with_levels(self, levels: Sequence[float]) -> LoadProfile:
         """A validated copy measuring `levels` instead (rates in an open-loop profile, concurrencies otherwise);
         raises LayerbenchError naming the problem."""
+        if self.trace is not None:
+            raise LayerbenchError(f"profile {self.name!r} replays a trace, one level on the trace's own arrivals: "
+                                  "its levels cannot be changed (time_scale changes its rate)")
         data = self.model_dump()
         data["rates" if self.open_loop else "concurrency"] = list(levels)
         try:

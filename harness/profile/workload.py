@@ -86,6 +86,25 @@ class Sessions(BaseModel):
     think_time_s: float = Field(0.0, ge=0, le=600)
 
 
+class TraceReplay(BaseModel):
+    """`trace: {path, format, ...}`: a production trace replayed as one open-loop level, on its own arrival times
+    (harness.profile.traces reads it)."""
+
+    model_config = _STRICT
+    path: str = Field(min_length=1, description="the trace file (read, never downloaded)")
+    format: Literal["mooncake", "bailian", "burstgpt", "azure", "jsonl"] = Field(
+        description="mooncake (JSONL, ms, 512-token hash_ids), bailian (JSONL, s, 16-token hash_ids), burstgpt "
+        "(CSV), azure (CSV), jsonl (layerbench's: {t_ms, input_tokens, output_tokens, prefix_blocks?, session?})")
+    time_scale: float = Field(1.0, gt=0, le=1000, description="speed-up: arrivals at the trace's time / time_scale")
+    start_s: float = Field(0.0, ge=0, description="the window's start, seconds into the trace")
+    duration_s: float | None = Field(None, gt=0, description="the window's length in the trace's seconds (default: "
+                                     "to its end)")
+    max_requests: int | None = Field(None, ge=1, description="at most this many of the window's requests")
+    jitter: Literal["none", "spread"] = Field("none", description="spread: a coarse grid's ticks spread evenly")
+    block_tokens: int | None = Field(None, ge=1, le=4096, description="tokens per hash id block (default: the "
+                                     "format's own, 512 for mooncake, 16 for bailian and jsonl)")
+
+
 def unit(*key: object) -> float:
     """A number in [0, 1) that depends only on `key`: the seeded draw behind every length and choice."""
     h = hashlib.blake2b("|".join(map(str, key)).encode(), digest_size=8).digest()

@@ -57,7 +57,7 @@ def write_compare_report(s: CompareSummary, engine: EngineSettings | None, run_d
     from harness.profile.schema import LoadProfile
     from harness.reporting.flames import write_flames
     from harness.reporting.report import write_report
-    from harness.reporting.workload_report import lengths_table, run_profile, turns_table
+    from harness.reporting.workload_report import lengths_table, run_profile, trace_table, turns_table
     from stacks.base import MODEL_DIR, get_stack
 
     loads = s.target == "local" and get_stack(s.stack).loads_model  # a cluster's model files are not here
@@ -70,8 +70,9 @@ def write_compare_report(s: CompareSummary, engine: EngineSettings | None, run_d
     except ValueError:  # a run folder from an older layerbench: its profile had other fields
         profile = None
     shape = profile.shape_text() if profile else "as recorded"
-    lengths = lengths_table(run_dir, s.measured_repeats, shape) + turns_table(run_dir, s.measured_repeats)
-    varied = profile is not None and (profile.sessions is not None or not (isinstance(
+    lengths = trace_table(profile) + lengths_table(run_dir, s.measured_repeats, shape) \
+        + turns_table(run_dir, s.measured_repeats)
+    varied = profile is not None and (profile.sessions is not None or profile.trace is not None or not (isinstance(
         profile.input_tokens, int) and isinstance(profile.output_tokens, int)))  # part of the decision then
     extra, details = (extra + lengths, details) if varied else (extra, details + lengths)
     if flames := write_flames(s.runs, run_dir, out_dir, bool(profile and profile.open_loop)):

@@ -56,3 +56,23 @@ def turns_table(run_dir: Path, keep: set | None) -> list[Table]:
     return [("TTFT by turn", "Each turn of a chat sends the conversation so far, so its prompt (the engine's "
              "prompt_tokens, p50 in the last column) grows turn by turn; the prefix cache holds the earlier turns.",
              ["deployment", "turn", "requests", "TTFT p50 ms", "TTFT p95 ms", "prompt tokens p50"], rows)]
+
+
+def trace_table(profile) -> list[Table]:
+    """What a trace profile replayed (both sides the same): its window, rates, reuse and what was left out."""
+    if profile is None or profile.trace is None:
+        return []
+    t = profile.replay()
+    reuse = t.reuse()
+    rows = [["file", f"{t.path} ({t.format})"], ["requests replayed", f"{len(t.requests)} of {t.rows}"],
+            ["span", f"{t.span_s:.1f} s (time_scale {t.time_scale:g})"],
+            ["rate", f"{t.mean_rate():.2f} req/s on average, {t.peak_rate():.0f} req/s at its busiest second"],
+            ["prompt tokens in blocks sent before", "—" if reuse is None else f"{reuse:.0%} "
+             f"({t.block_tokens}-token blocks: what a prefix cache that kept every block would hit)"],
+            ["arrivals", "on a coarse grid of " + f"{t.grid_ms / 1e3:g} s, " + ("spread over each tick (jitter: spread)"
+             if t.spread else "sent in its bursts") if t.grid_ms is not None else "as the trace has them"],
+            ["skipped", f"{t.failed} failed in the trace, {t.too_long} beyond max_model_len, {t.outside} outside the "
+             f"window; {t.cut} answers cut to fit max_model_len"]]
+    return [("The trace replayed", "Both sides sent the same requests at the same offsets from the replay's start, "
+             "each prompt built from the trace's block ids (a block's text the same wherever its id recurs, fresh "
+             "for each run) and each latency counted from its scheduled send.", ["", ""], rows)]
