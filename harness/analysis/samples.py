@@ -64,3 +64,13 @@ def _measured(d: dict) -> tuple[tuple[str, float, int], tuple[int, int], Request
         return None
     level: float = float(rec.level) if rec.t_task_ns else int(rec.level)
     return ((label, level, int(rec.repeat)), (int(d.get("invocation", 0)), int(d.get("attempt", 0))), rec)
+
+
+def timelines(run_dir: Path, keep: set[tuple[str, float, int]] | None = None) -> dict[str, list[tuple[int, int]]]:
+    """label -> (scheduled send, end) in ns of every measured successful request of its first window: the arrivals
+    and requests in flight over a replay (a trace's), from its schedule. Open-loop records only."""
+    out: dict[str, list[tuple[int, int]]] = {}
+    for (label, _, _), recs in measured(run_dir, keep).items():
+        if label not in out and recs and recs[0].t_task_ns:
+            out[label] = [(r.t_due_ns, r.t_end_ns) for r in recs]
+    return out

@@ -66,6 +66,8 @@ def profile_for(args: argparse.Namespace) -> LoadProfile:
     from harness.host.dtype import resolved_dtype
 
     profile = load_profile(getattr(args, "profile", None) or "quick")
+    if profile.trace is not None and getattr(args, "target", "local") == "local" and not getattr(args, "dry_run", 0):
+        check_pace(profile)
     profile = profile.model_copy(update={"engine": profile.engine.on_host(_has_gpu(args))})
     if getattr(args, "pairs", None):
         profile = profile.model_copy(update={"pairs": args.pairs, "stopping": "fixed"})
@@ -92,6 +94,23 @@ def profile_for(args: argparse.Namespace) -> LoadProfile:
             err["msg"].removeprefix("Value error, ") for err in e.errors())) from None
     profile = profile.model_copy(update={"engine": engine})
     return resolved_dtype(profile, engine_python) if _loads_model(args) else profile
+
+
+def check_pace(profile: LoadProfile) -> None:
+    """Refuses a trace whose busiest second the open-loop pacer cannot hold on this host, as a level off its
+    schedule is judged (harness.analysis.stats.schedule_check: more than 5% slower, or later than its bound at p99
+    here), from a probe that paces that second with nothing sent (about a second)."""
+    from harness.analysis.stats import RATE_MARGIN, late_bound_ms
+    from harness.load.pacer import probe
+
+    trace = profile.replay()
+    busiest = trace.busiest()
+    p99, kept = probe(busiest)
+    bound = late_bound_ms(len(busiest))
+    if p99 > bound or kept < 1 - RATE_MARGIN:
+        raise LayerbenchError(f"trace {trace.path}: its busiest second ({len(busiest)} requests) is more than this "
+                              f"host's pacer holds: with nothing sent it ran {p99:.1f} ms late at p99 (bound "
+                              f"{bound:.1f} ms) and kept {kept:.0%} of the rate; lower time_scale")
 
 
 def _loads_model(args: argparse.Namespace) -> bool:

@@ -42,3 +42,27 @@ async def pace(offsets: list[int], t0: int, fire: Callable[[int, int], None], st
     finally:  # cancelled (Ctrl-C, a dead deployment) or done: the thread stops before the next send
         stop.set()
         sys.setswitchinterval(switch)
+
+
+def probe(offsets: list[int]) -> tuple[float, float]:
+    """(lateness p99 in ms, achieved over scheduled rate) of pacing `offsets` (ns) on this host, each send a task
+    that does nothing, as each real one is a task: what the pacer and the event loop hold at the least, before a
+    trace's busiest second is offered to a deployment."""
+    late: list[int] = []
+
+    async def go() -> None:
+        clock = time.perf_counter_ns
+        tasks: list[asyncio.Task] = []
+
+        async def send(due: int) -> None:
+            late.append(clock() - due)
+
+        await pace(offsets, clock(), lambda i, due: tasks.append(asyncio.create_task(send(due))), lambda: False)
+        await asyncio.gather(*tasks)
+
+    asyncio.run(go())
+    late.sort()
+    p99 = late[min(len(late) - 1, int(0.99 * len(late)))] / 1e6 if late else 0.0
+    span = offsets[-1] - offsets[0] if len(offsets) > 1 else 0
+    sent = span + late[-1] - late[0] if late else 0
+    return p99, (span / sent if sent > 0 else 1.0)

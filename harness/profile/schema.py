@@ -332,7 +332,8 @@ class LoadProfile(BaseModel):
         """The request shape as a report names it: `128/64`, or its distributions."""
         if self.trace is not None:
             scale = f" at {self.trace.time_scale:g}x" if self.trace.time_scale != 1 else ""
-            return f"the {self.trace.format} trace {Path(self.trace.path).name}{scale}"
+            even = ", evenly spaced" if self.trace.arrivals == "even" else ""
+            return f"the {self.trace.format} trace {Path(self.trace.path).name}{scale}{even}"
         text = f"{describe(self.input_tokens)}/{describe(self.output_tokens)}"
         if self.dataset:
             text += f" from {Path(self.dataset).name}"

@@ -55,6 +55,7 @@ class Trace:
     grid_ms: float | None = None  # the tick the trace's arrivals sit on, when they sit on one
     spread: bool = False  # each tick's requests spread evenly over it (jitter: spread)
     time_scale: float = 1.0
+    even: bool = False  # arrivals: even
     notes: list[str] = field(default_factory=list)
 
     def offsets_ns(self) -> list[int]:
@@ -78,6 +79,16 @@ class Trace:
                 j += 1
             most = max(most, i - j + 1)
         return most
+
+    def busiest(self) -> list[int]:
+        """The arrivals (ns, from the first) of the busiest second: what a pacer probe replays."""
+        t, best, j, at = [r.t_ms for r in self.requests], (0, 0), 0, 0
+        for i in range(len(t)):
+            while t[i] - t[j] >= 1000:
+                j += 1
+            if i - j + 1 > best[1] - best[0]:
+                best, at = (j, i + 1), j
+        return [round((x - t[at]) * 1e6) for x in t[best[0]:best[1]]]
 
     def reuse(self) -> float | None:
         """The share of the replay's prompt tokens that lie in leading blocks an earlier request of it sent: what a
@@ -104,6 +115,8 @@ class Trace:
                 f"{self.span_s:.1f} s, {self.mean_rate():.2f} req/s on average")
         if self.time_scale != 1:
             text += f" at {self.time_scale:g}x the trace's speed"
+        if self.even:
+            text += ", evenly spaced (arrivals: even)"
         if left:
             text += f" ({', '.join(left)} skipped)"
         if self.cut:
@@ -158,18 +171,18 @@ def _jsonl(text: str) -> Iterator[tuple[int, dict]]:
             yield n, d
 
 
-def _mooncake(text: str) -> Iterator[Row | None]:
+def _mooncake(text: str) -> Iterator[tuple[int, Row | None]]:
     # kvcache-ai/Mooncake, FAST25-release/traces/*.jsonl and its README: one JSON object a line, `timestamp` in ms
     # after the trace's start, `input_length`, `output_length`, and `hash_ids` of the prompt's 512-token blocks
     for n, d in _jsonl(text):
         try:
-            yield (_time(d["timestamp"]), _int(d["input_length"]), _int(d["output_length"]),
+            yield n, (_time(d["timestamp"]), _int(d["input_length"]), _int(d["output_length"]),
                    _ids(d.get("hash_ids", [])), None)
         except (KeyError, ValueError) as e:
             raise ValueError(f"line {n}: {_why(e)}") from None
 
 
-def _bailian(text: str) -> Iterator[Row | None]:
+def _bailian(text: str) -> Iterator[tuple[int, Row | None]]:
     # alibaba-edu/qwen-bailian-usagetraces-anon: one JSON object a line, `chat_id`, `parent_chat_id` (-1 for a
     # chat's first request), `timestamp` in seconds after the trace's start, `input_length`, `output_length`,
     # `type`, `turn`, and `hash_ids` of 16-token blocks
@@ -178,7 +191,7 @@ def _bailian(text: str) -> Iterator[Row | None]:
         try:
             parent = d.get("parent_chat_id", -1)
             chat = roots[d["chat_id"]] = str(d["chat_id"]) if parent in (-1, None) else roots.get(parent, str(parent))
-            yield (_time(d["timestamp"]) * 1e3, _int(d["input_length"]), _int(d["output_length"]),
+            yield n, (_time(d["timestamp"]) * 1e3, _int(d["input_length"]), _int(d["output_length"]),
                    _ids(d.get("hash_ids", [])), chat)
         except (KeyError, ValueError) as e:
             raise ValueError(f"line {n}: {_why(e)}") from None
@@ -192,7 +205,7 @@ def _csv(text: str, need: tuple[str, ...], source: str) -> Iterator[tuple[int, d
     yield from enumerate(rows, 2)
 
 
-def _burstgpt(text: str) -> Iterator[Row | None]:
+def _burstgpt(text: str) -> Iterator[tuple[int, Row | None]]:
     # HPMLL/BurstGPT, data/BurstGPT_*.csv and its README: `Timestamp` in seconds after the trace's start, `Model`,
     # `Request tokens`, `Response tokens`, `Total tokens`, `Log Type`; a failed request has 0 response tokens
     for n, row in _csv(text, ("Timestamp", "Request tokens", "Response tokens"), "BurstGPT's columns"):
@@ -200,16 +213,16 @@ def _burstgpt(text: str) -> Iterator[Row | None]:
             t, ins, outs = _time(row["Timestamp"]) * 1e3, _int(row["Request tokens"]), _int(row["Response tokens"])
         except ValueError as e:
             raise ValueError(f"line {n}: {_why(e)}") from None
-        yield None if outs == 0 else (t, ins, outs, (), None)
+        yield n, None if outs == 0 else (t, ins, outs, (), None)
 
 
-def _azure(text: str) -> Iterator[Row | None]:
+def _azure(text: str) -> Iterator[tuple[int, Row | None]]:
     # Azure/AzurePublicDataset, AzureLLMInferenceTrace_{code,conv}.csv (2023) and AzureLLMInferenceTrace_*_1week.csv
     # (2024): `TIMESTAMP` a date and time with up to 7 fractional digits, `ContextTokens`, `GeneratedTokens`
     for n, row in _csv(text, ("TIMESTAMP", "ContextTokens", "GeneratedTokens"), "Azure's columns"):
         try:
-            yield (_stamp(row["TIMESTAMP"]) * 1e3, _int(row["ContextTokens"]), _int(row["GeneratedTokens"]), (),
-                   None)
+            yield n, (_stamp(row["TIMESTAMP"]) * 1e3, _int(row["ContextTokens"]), _int(row["GeneratedTokens"]),
+                      (), None)
         except ValueError as e:
             raise ValueError(f"line {n}: {_why(e)}") from None
 
@@ -228,13 +241,13 @@ def _stamp(v: str) -> float:
     return base.timestamp() + (float(m[2]) if m[2] else 0.0)
 
 
-def _ours(text: str) -> Iterator[Row | None]:
+def _ours(text: str) -> Iterator[tuple[int, Row | None]]:
     # layerbench's own: {"t_ms": ..., "input_tokens": ..., "output_tokens": ..., "prefix_blocks": [...]?,
     # "session": ...?}, one a line
     for n, d in _jsonl(text):
         try:
             chat = d.get("session")
-            yield (_time(d["t_ms"]), _int(d["input_tokens"]), _int(d["output_tokens"]),
+            yield n, (_time(d["t_ms"]), _int(d["input_tokens"]), _int(d["output_tokens"]),
                    _ids(d.get("prefix_blocks", [])), None if chat is None else str(chat))
         except (KeyError, ValueError) as e:
             raise ValueError(f"line {n}: {_why(e)}") from None
@@ -244,7 +257,7 @@ def _why(e: Exception) -> str:
     return f"no field {e.args[0]!r}" if isinstance(e, KeyError) else str(e)
 
 
-READERS: dict[str, tuple[Callable[[str], Iterator[Row | None]], int]] = {
+READERS: dict[str, tuple[Callable[[str], Iterator[tuple[int, Row | None]]], int]] = {
     "mooncake": (_mooncake, 512), "bailian": (_bailian, 16), "burstgpt": (_burstgpt, 0), "azure": (_azure, 0),
     "jsonl": (_ours, 16)}
 
@@ -280,9 +293,12 @@ def _read(spec: TraceReplay, p: Path) -> Trace:
     rows: list[Row] = []
     failed = 0
     try:
-        for row in reader(text):
+        for n, row in reader(text):
             if row is None:
                 failed += 1
+            elif rows and row[0] < rows[-1][0]:
+                raise ValueError(f"line {n}: its time goes back {rows[-1][0] - row[0]:g} ms from the request before "
+                                 "it (a trace is replayed in its file's order: sort it by time)")
             else:
                 rows.append(row)
     except ValueError as e:
@@ -290,7 +306,6 @@ def _read(spec: TraceReplay, p: Path) -> Trace:
     if not rows:
         raise LayerbenchError(f"trace {spec.path} ({spec.format}): no request in it"
                               + (f" ({failed} failed ones skipped)" if failed else ""))
-    rows.sort(key=lambda r: r[0])  # stable: requests at one instant keep the file's order
     t0 = rows[0][0]
     reqs = tuple(TraceRequest(t - t0, i, o, b, c) for t, i, o, b, c in rows)
     return Trace(spec.path, spec.format, spec.block_tokens or block, reqs, rows=len(rows) + failed, failed=failed)
@@ -345,5 +360,9 @@ def _select(spec: TraceReplay, trace: Trace, max_model_len: int | None) -> Trace
         raise LayerbenchError(f"trace {spec.path}: {why}")
     t0 = kept[0].t_ms
     kept = [replace(r, t_ms=(r.t_ms - t0) / spec.time_scale) for r in kept]
+    if spec.arrivals == "even" and len(kept) > 1:  # the same span and requests, one gap between each two
+        gap = kept[-1].t_ms / (len(kept) - 1)
+        kept = [replace(r, t_ms=i * gap) for i, r in enumerate(kept)]
     return replace(trace, requests=tuple(kept), too_long=too_long, cut=cut, outside=outside, grid_ms=tick,
-                   spread=tick is not None and spec.jitter == "spread", time_scale=spec.time_scale)
+                   spread=tick is not None and spec.jitter == "spread", time_scale=spec.time_scale,
+                   even=spec.arrivals == "even")

@@ -101,8 +101,17 @@ class TraceReplay(BaseModel):
                                      "to its end)")
     max_requests: int | None = Field(None, ge=1, description="at most this many of the window's requests")
     jitter: Literal["none", "spread"] = Field("none", description="spread: a coarse grid's ticks spread evenly")
+    arrivals: Literal["trace", "even"] = Field("trace", description="trace: its own times; even: the same "
+                                               "requests at the same mean rate, evenly spaced (the bursts taken out, "
+                                               "to set a layer's cost under them beside its cost without)")
     block_tokens: int | None = Field(None, ge=1, le=4096, description="tokens per hash id block (default: the "
                                      "format's own, 512 for mooncake, 16 for bailian and jsonl)")
+
+    @model_validator(mode="after")
+    def _blocks_where_carried(self) -> TraceReplay:
+        if self.block_tokens is not None and self.format in ("burstgpt", "azure"):
+            raise ValueError(f"{self.format} traces carry no hash ids: block_tokens does not apply to them")
+        return self
 
 
 def unit(*key: object) -> float:

@@ -29,6 +29,7 @@ from harness.reporting.plots_dist import (
     slo_line,
     ttft_cdf,
 )
+from harness.reporting.plots_trace import arrivals
 from harness.schemas import CompareSummary, LevelStats
 
 # (level, mean over repeats or None, each repeat's value): one side's points of one metric
@@ -136,9 +137,11 @@ def _data_max(*all_series: Series) -> float | None:
     return max(vals) if vals else None
 
 
-def plots(s: CompareSummary, out: Path, ttfts: dict[str, dict[float, list[float]]] | None = None) -> list[str]:
+def plots(s: CompareSummary, out: Path, ttfts: dict[str, dict[float, list[float]]] | None = None,
+          lines: dict[str, list[tuple[int, int]]] | None = None) -> list[str]:
     """Writes the PNGs into `out`; returns their names in reading order. ttfts: per side ("baseline"/"stack"),
-    per level, every measured request's TTFT in ms (harness.analysis.samples.ttft_samples); without it no CDF figure."""
+    per level, every measured request's TTFT in ms (harness.analysis.samples.ttft_samples); without it no CDF figure.
+    lines: a replayed trace's requests, per side (harness.analysis.samples.timelines): the arrivals figure."""
     if not s.levels:
         return []
     import matplotlib
@@ -151,6 +154,8 @@ def plots(s: CompareSummary, out: Path, ttfts: dict[str, dict[float, list[float]
     ttft_slo = slo.ttft_s * 1e3 if slo else None
     names = side_labels(s)
     with plt.rc_context(RC):
+        if lines:
+            arrivals(cv, lines, names)
         _delta(cv, s, names)
         _levels(cv, s, names, LevelFigure("throughput.png", "Output throughput", "tok/s", "tok_s"))
         ttft_title = "TTFT p95" + (" (from schedule)" if s.open_loop else "")

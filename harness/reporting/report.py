@@ -8,6 +8,7 @@ short summary from harness/reporting/terminal.py."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.analysis.latency_split import hidden, lagging, split
@@ -281,13 +282,22 @@ def context(s: CompareSummary) -> list[str]:
     return lines
 
 
+@dataclass(frozen=True)
+class Samples:
+    """Per-request data for figures: TTFT (ms) by side and level (the distribution plot), and a replayed trace's
+    (scheduled send, end) by side (the arrivals plot)."""
+
+    ttfts: dict[str, dict[float, list[float]]] | None = None
+    lines: dict[str, list[tuple[int, int]]] | None = None
+
+
 def write_report(s: CompareSummary, out_dir: Path, bullets: list[str] | None = None,
                  extra: list[Table] | None = None, details: list[Table] | None = None,
-                 ttfts: dict[str, dict[float, list[float]]] | None = None) -> Path:
+                 samples: Samples | None = None) -> Path:
     """bullets: more headline lines (without "- "); extra: more decision tables; details: more detail tables;
-    ttfts: per-request TTFT (ms) by side and level, for the distribution plot."""
+    samples: per-request data for the figures that need it."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    images = plots(s, out_dir, ttfts)
+    images = plots(s, out_dir, samples.ttfts if samples else None, samples.lines if samples else None)
     title = f"layerbench: {s.stack}{f' ({s.shape})' if s.shape else ''} vs {s.baseline_stack} — {s.run_id}"
     chart = LEAD_CHART if LEAD_CHART in images else None
     shown, folded = fold(caveats(s))

@@ -58,18 +58,23 @@ def turns_table(run_dir: Path, keep: set | None) -> list[Table]:
              ["deployment", "turn", "requests", "TTFT p50 ms", "TTFT p95 ms", "prompt tokens p50"], rows)]
 
 
-def trace_table(profile) -> list[Table]:
-    """What a trace profile replayed (both sides the same): its window, rates, reuse and what was left out."""
+def trace_table(profile, hits: dict[str, float | None] | None = None) -> list[Table]:
+    """What a trace profile replayed (both sides the same): its window, rates, reuse and what was left out; hits:
+    each side's prefix-cache hit rate over the replay (the engines' own counters), set beside the trace's reuse."""
     if profile is None or profile.trace is None:
         return []
     t = profile.replay()
     reuse = t.reuse()
+    engines = [[f"prefix-cache hits, {side} (its engines' counters)", "—" if rate is None else f"{rate:.0%}"]
+               for side, rate in (hits or {}).items()]
     rows = [["file", f"{t.path} ({t.format})"], ["requests replayed", f"{len(t.requests)} of {t.rows}"],
             ["span", f"{t.span_s:.1f} s (time_scale {t.time_scale:g})"],
             ["rate", f"{t.mean_rate():.2f} req/s on average, {t.peak_rate():.0f} req/s at its busiest second"],
             ["prompt tokens in blocks sent before", "—" if reuse is None else f"{reuse:.0%} "
              f"({t.block_tokens}-token blocks: what a prefix cache that kept every block would hit)"],
-            ["arrivals", "on a coarse grid of " + f"{t.grid_ms / 1e3:g} s, " + ("spread over each tick (jitter: spread)"
+            *engines,
+            ["arrivals", "evenly spaced at the replay's mean rate (arrivals: even)" if t.even else
+             "on a coarse grid of " + f"{t.grid_ms / 1e3:g} s, " + ("spread over each tick (jitter: spread)"
              if t.spread else "sent in its bursts") if t.grid_ms is not None else "as the trace has them"],
             ["skipped", f"{t.failed} failed in the trace, {t.too_long} beyond max_model_len, {t.outside} outside the "
              f"window; {t.cut} answers cut to fit max_model_len"]]

@@ -81,6 +81,9 @@ def test_the_window_scale_and_max_model_len_rules(tmp_path):
     assert {(r.input_tokens, r.output_tokens) for r in t.requests} == {(40, 20), (50, 10)} and t.cut == 10
     assert t.requests[-1].t_ms == pytest.approx((3900 - 1000) / 2)
     assert len(trace(tmp_path, rows, "jsonl", max_requests=7).requests) == 7
+    even = trace(tmp_path, rows, "jsonl", 60, start_s=1.0, duration_s=3.0, time_scale=2.0, arrivals="even")
+    assert [r.t_ms for r in even.requests] == pytest.approx([i * 1450 / 19 for i in range(20)])  # the same span
+    assert [r.input_tokens for r in even.requests] == [r.input_tokens for r in t.requests]  # and requests
 
 
 def test_a_coarse_grid_is_flagged_and_spread_over_its_ticks(tmp_path):
@@ -115,6 +118,8 @@ def test_reuse_is_the_share_of_prompt_tokens_in_leading_blocks_sent_before(tmp_p
     ("burstgpt", BURSTGPT + "x,ChatGPT,1,2,3,API log\n", "line 5: "),
     ("burstgpt", "Timestamp,Model,Request tokens,Response tokens\n1,m,40,0\n", "no request in it (1 failed"),
     ("azure", "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,3,4\n", "line 2: "),
+    ("mooncake", MOONCAKE.replace("30535", "20535", 1), "line 2: its time goes back 6947 ms"),
+    ("burstgpt", BURSTGPT.replace("118,", "4,"), "line 4: its time goes back 1000 ms"),
 ])
 def test_a_bad_trace_is_refused_with_one_message(tmp_path, fmt, text, message):
     with pytest.raises(LayerbenchError) as e:
@@ -133,6 +138,10 @@ def test_a_missing_trace_or_format_or_an_empty_window_is_refused(tmp_path, write
     with pytest.raises(LayerbenchError, match="no request lies in the window"):
         load_profile(str(write_profile(trace={"path": str(tmp_path / "t.jsonl"), "format": "mooncake",
                                               "start_s": 60}, engine={"max_model_len": 8192})))
+    for bad, match in (({"time_scale": 0}, "field 'trace.time_scale'.*greater than 0"),
+                       ({"format": "azure", "block_tokens": 16}, "azure traces carry no hash ids")):
+        with pytest.raises(LayerbenchError, match=match):
+            load_profile(str(write_profile(trace={"path": str(tmp_path / "t.jsonl"), "format": "mooncake", **bad})))
     with pytest.raises(LayerbenchError, match="remove `concurrency`, `rates`"):
         load_profile(str(write_profile(trace={"path": str(tmp_path / "t.jsonl"), "format": "mooncake"},
                                        rates=[2])))
@@ -187,3 +196,16 @@ def test_the_committed_trace_is_rewritten_byte_for_byte_from_its_seed(tmp_path):
     bad = subprocess.run([sys.executable, "scripts/make_trace.py", "--out", str(out), "--rate", "0"], cwd=ROOT,
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "--rate > 0" in bad.stderr
+
+
+def test_a_trace_whose_busiest_second_the_pacer_cannot_hold_is_refused_before_anything_runs(tmp_path, write_profile,
+                                                                                            capsys):
+    from harness.cli.main import main
+
+    rows = "".join(f'{{"t_ms": {i / 1000:.3f}, "input_tokens": 40, "output_tokens": 4}}\n' for i in range(100_000))
+    (tmp_path / "t.jsonl").write_text(rows)  # 100,000 requests in 0.1 s: a send every microsecond
+    profile = write_profile(trace={"path": str(tmp_path / "t.jsonl"), "format": "jsonl"})
+    rc = main(["run", "--stack", "sim", "--profile", str(profile), "--results-dir", str(tmp_path / "res")])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 2 and "its busiest second (100000 requests) is more than this host's pacer holds" in err, err
+    assert not (tmp_path / "res").exists()
