@@ -291,9 +291,10 @@ class LoadProfile(BaseModel):
         self._workload_fits()
         short = [x for x in self.levels() if self.requests_for(x) < min_requests()]
         if short:
+            fix = "widen the trace's window (start_s, duration_s, max_requests)" if self.trace else \
+                "raise `requests` or " + ("`min_duration_s`" if self.open_loop else "`requests_per_concurrency`")
             raise ValueError(f"levels {short} send fewer than {min_requests()} requests, too few to check that the "
-                             "level is steady (two halves of >= 10): raise `requests` or "
-                             + ("`min_duration_s`" if self.open_loop else "`requests_per_concurrency`"))
+                             f"level is steady (two halves of >= 10): {fix}")
         if self.scrape == "interval" and self.min_duration_s < self.scrape_interval_s:
             raise ValueError(f"with scrape: interval a level must hold one scrape: set `min_duration_s` "
                              f"({self.min_duration_s}) >= `scrape_interval_s` ({self.scrape_interval_s})")

@@ -296,6 +296,8 @@ def _read(spec: TraceReplay, p: Path) -> Trace:
         for n, row in reader(text):
             if row is None:
                 failed += 1
+            elif row[1] < 1:
+                raise ValueError(f"line {n}: a prompt of 0 tokens")
             elif rows and row[0] < rows[-1][0]:
                 raise ValueError(f"line {n}: its time goes back {rows[-1][0] - row[0]:g} ms from the request before "
                                  "it (a trace is replayed in its file's order: sort it by time)")

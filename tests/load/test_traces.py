@@ -119,6 +119,7 @@ def test_reuse_is_the_share_of_prompt_tokens_in_leading_blocks_sent_before(tmp_p
     ("burstgpt", "Timestamp,Model,Request tokens,Response tokens\n1,m,40,0\n", "no request in it (1 failed"),
     ("azure", "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,3,4\n", "line 2: "),
     ("mooncake", MOONCAKE.replace("30535", "20535", 1), "line 2: its time goes back 6947 ms"),
+    ("azure", AZURE_2024.replace(",130,", ",0,"), "line 3: a prompt of 0 tokens"),
     ("burstgpt", BURSTGPT.replace("118,", "4,"), "line 4: its time goes back 1000 ms"),
 ])
 def test_a_bad_trace_is_refused_with_one_message(tmp_path, fmt, text, message):
@@ -142,6 +143,9 @@ def test_a_missing_trace_or_format_or_an_empty_window_is_refused(tmp_path, write
                        ({"format": "azure", "block_tokens": 16}, "azure traces carry no hash ids")):
         with pytest.raises(LayerbenchError, match=match):
             load_profile(str(write_profile(trace={"path": str(tmp_path / "t.jsonl"), "format": "mooncake", **bad})))
+    with pytest.raises(LayerbenchError, match=r"fewer than \d+ requests.*widen the trace's window"):
+        load_profile(str(write_profile(trace={"path": str(tmp_path / "t.jsonl"), "format": "mooncake"},
+                                       engine={"max_model_len": 8192})))  # its 3 requests
     with pytest.raises(LayerbenchError, match="remove `concurrency`, `rates`"):
         load_profile(str(write_profile(trace={"path": str(tmp_path / "t.jsonl"), "format": "mooncake"},
                                        rates=[2])))
