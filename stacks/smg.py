@@ -40,10 +40,9 @@ from rich.console import Console
 
 from harness.errors import LayerbenchError
 from harness.schemas import LayerMetric
-from stacks.base import PROJECT_ROOT, DeploySettings, StackOptions, register
-from stacks.base.fronted import FrontedEngineStack
-from stacks.base.procs import free_port
+from stacks.base import PROJECT_ROOT, StackOptions, register
 from stacks.base.replicas import ReplicaSet
+from stacks.base.router import WorkerRouterStack
 
 SMG_VENV = PROJECT_ROOT / ".venv-smg"
 # In a pod: smg's own defaults, 30000 to serve and 29000 for metrics (`smg launch --help`, 1.13.0; its image runs as a
@@ -69,26 +68,15 @@ class SmgOptions(StackOptions):
 
 
 @register
-class SmgStack(FrontedEngineStack):
+class SmgStack(WorkerRouterStack):
     kind = "smg"
     description = "the SGLang Model Gateway (smg 1.13.0), an HTTP router in front of bare vLLM"
     server_name = "smg"
     front_role = "smg"
-    replicas_by = "layer"  # every engine a worker: --worker-urls U1 U2 ...
     Options = SmgOptions
     options: SmgOptions
     k8s_form = "harness.targets.k8s.render_smg:render_k8s"
     exposure_hint = "smg's serving and metrics ports bind 127.0.0.1 only (its --host and --prometheus-host)"
-
-    def __init__(self, settings: DeploySettings, port: int | None = None):
-        super().__init__(settings, port)
-        if self.options.policy == "power_of_two" and settings.engine.replicas < 2:
-            raise LayerbenchError("stack smg: option policy power_of_two needs at least two workers (smg's own "
-                                  "rule): set engine.replicas 2 or more (REPLICAS=2)")
-        self.metrics_port = free_port()
-
-    def ports(self) -> list[int]:
-        return [self.port, self.metrics_port]
 
     def args(self, upstreams: list[str], host: str, port: int, metrics_port: int) -> list[str]:
         # smg 1.13.0, `smg launch --help`: --host defaults to 0.0.0.0 and --prometheus-host to "the unspecified

@@ -13,9 +13,8 @@ from typing import Literal
 from pydantic import Field
 
 from harness.schemas import LayerMetric
-from stacks.base import PROJECT_ROOT, DeploySettings, StackOptions, register
-from stacks.base.fronted import FrontedEngineStack
-from stacks.base.procs import free_port
+from stacks.base import PROJECT_ROOT, StackOptions, register
+from stacks.base.router import WorkerRouterStack
 
 ROUTER_VENV = PROJECT_ROOT / ".venv-vllm-router"
 PORT, METRICS_PORT = 8080, 29000  # in a pod
@@ -35,12 +34,11 @@ class RouterOptions(StackOptions):
 
 
 @register
-class VllmRouterStack(FrontedEngineStack):
+class VllmRouterStack(WorkerRouterStack):
     kind = "vllm-router"
     description = "vLLM's Rust router (vllm-router 0.1.17) in front of bare vLLM"
     server_name = "vllm-router"
     front_role = "vllm-router"
-    replicas_by = "layer"  # every engine a worker: --worker-urls U1 U2 ...
     Options = RouterOptions
     options: RouterOptions
     k8s_form = "harness.targets.k8s.render_vllm_router:render_k8s"
@@ -54,18 +52,6 @@ class VllmRouterStack(FrontedEngineStack):
         # back to the least-loaded worker, counted as vllm_router_prefix_routing_decisions_total{outcome=
         # missing_tokens}: measured here, all 64 requests of c=1 on one worker and hits no better than in turn
         return ("--enable-scale-out",) if options.policy == "cache_aware" else ()
-
-    def __init__(self, settings: DeploySettings, port: int | None = None):
-        super().__init__(settings, port)
-        if self.options.policy == "power_of_two" and settings.engine.replicas < 2:
-            from harness.errors import LayerbenchError
-
-            raise LayerbenchError("stack vllm-router: option policy power_of_two needs at least two workers "
-                                  "(vllm-router's own rule): set engine.replicas 2 or more (REPLICAS=2)")
-        self.metrics_port = free_port()
-
-    def ports(self) -> list[int]:
-        return [self.port, self.metrics_port]
 
     def args(self, upstreams: list[str], host: str, port: int, metrics_port: int) -> list[str]:
         # --worker-urls takes every worker after one flag (nargs="*" in vllm_router/router_args.py, 0.1.17): a
