@@ -64,6 +64,12 @@ def summarise(scrapes: Iterable[dict], renames: tuple[str, ...] = (),
     firsts: dict[str, float] = {}
     lasts: dict[str, float] = {}
     peaks: dict[str, float] = {}
+    unset: set[str] = set()  # engine counters missing from a scrape that carried the engine's others
+
+    def counted(key: str, v: float) -> None:
+        firsts.setdefault(key, 0.0 if key in unset else v)
+        lasts[key] = v
+
     # a layer's counters keyed by family and match: two figures may read one family in different label sets
     layer_counters = {f"layer:{f}|{m.match}": (f, m.match) for m in layer for f in (m.family, m.per)
                       if f and m.how != "peak"}
@@ -76,8 +82,7 @@ def summarise(scrapes: Iterable[dict], renames: tuple[str, ...] = (),
         samples = s["samples"]
         for key, (fam, match) in layer_counters.items():
             if (v := sum_family(samples, fam, (), match)) is not None:
-                firsts.setdefault(key, v)
-                lasts[key] = v
+                counted(key, v)
         for m in layer:  # a peak of the level is read during it: a window's edge scrape sees it idle
             if m.how == "peak" and s.get("phase") is None and \
                     (v := sum_family(samples, m.family, (), m.match)) is not None:
@@ -91,10 +96,16 @@ def summarise(scrapes: Iterable[dict], renames: tuple[str, ...] = (),
             if v is not None:
                 cur = getattr(out, f"{key}_max")
                 setattr(out, f"{key}_max", v if cur is None else max(cur, v))
-        for key, fam in COUNTERS.items():
-            if (v := sum_family(samples, fam, renames)) is not None:
-                firsts.setdefault(key, v)
-                lasts[key] = v
+        # a counter is exported from its first increment on, by some exporters: one missing from a scrape that
+        # carries the engine's other counters had not risen yet, and rose from 0 (Ray's, an OpenTelemetry one, has
+        # no prefix_cache_hits until the first hit: a window that began before it read 0 hits of 79,000 prompt
+        # tokens queried, where the engine hit 61%)
+        got = {key: sum_family(samples, fam, renames) for key, fam in COUNTERS.items()}
+        for key, v in got.items():
+            if v is not None:
+                counted(key, v)
+            elif key not in firsts and any(x is not None for x in got.values()):
+                unset.add(key)
     delta = {key: lasts[key] - firsts[key] for key in lasts}
     for key in COUNTERS:
         if key in delta:

@@ -26,6 +26,20 @@ def test_summaries_follow_the_declared_renaming_only():
     assert undeclared.running_max is None and undeclared.preemptions is None  # no guessing
 
 
+def test_a_counter_first_exported_inside_the_window_rose_from_zero():
+    # Ray's exporter (OpenTelemetry) has no prefix_cache_hits series until the first hit: the window's start scrape
+    # carries the queries alone, its end both (ray 2.60.0, vLLM 0.32.0, recorded in a trace compare here)
+    q, h = "ray_vllm_prefix_cache_queries_total{engine=0}", "ray_vllm_prefix_cache_hits_total{engine=0}"
+    scrapes = [scrape("stack", {q: 3982.0}, 0), scrape("stack", {q: 82960.0, h: 48384.0}, 1)]
+    got = summarise(scrapes, ("ray_vllm_",))
+    assert (got.prefix_cache_queries, got.prefix_cache_hits) == (78978.0, 48384.0)
+    # an endpoint that carries no engine counter at all (a layer's own) says nothing of them
+    other = {"t": 0, "endpoint": "layer", "url": "u", "ok": True, "label": "stack", "families": {},
+             "samples": {"layer_requests_total{}": 3.0}, "level": 4, "phase": None}
+    later = [scrape("stack", {q: 10.0, h: 4.0}, 1), scrape("stack", {q: 30.0, h: 9.0}, 2)]
+    assert summarise([other, *later], ("ray_vllm_",)).prefix_cache_hits == 5.0
+
+
 def test_audit_marks_renamed_by_the_declared_prefix():
     base = scrape("baseline", {"vllm:num_requests_running{}": 1.0, "vllm:kv_cache_usage_perc{}": 0.1}, 0)
     stack = scrape("stack", {"proxy_vllm_num_requests_running{}": 1.0}, 0)
