@@ -99,18 +99,22 @@ def profile_for(args: argparse.Namespace) -> LoadProfile:
 def check_pace(profile: LoadProfile) -> None:
     """Refuses a trace whose busiest second the open-loop pacer cannot hold on this host, as a level off its
     schedule is judged (harness.analysis.stats.schedule_check: more than 5% slower, or later than its bound at p99
-    here), from a probe that paces that second with nothing sent (about a second)."""
+    here), from a probe that paces that second with nothing sent (about a second a try)."""
     from harness.analysis.stats import RATE_MARGIN, late_bound_ms
     from harness.load.pacer import probe
 
     trace = profile.replay()
     busiest = trace.busiest()
-    p99, kept = probe(busiest)
     bound = late_bound_ms(len(busiest))
-    if p99 > bound or kept < 1 - RATE_MARGIN:
-        raise LayerbenchError(f"trace {trace.path}: its busiest second ({len(busiest)} requests) is more than this "
-                              f"host's pacer holds: with nothing sent it ran {p99:.1f} ms late at p99 (bound "
-                              f"{bound:.1f} ms) and kept {kept:.0%} of the rate; lower time_scale")
+    # the best of three tries: what the host can hold, not one moment's stall (a 49 req/s second ran 72 ms late at
+    # p99 once in make test, real vLLM compiling beside it, where it ran 0.6 ms late on an idle host)
+    for _ in range(3):
+        p99, kept = probe(busiest)
+        if p99 <= bound and kept >= 1 - RATE_MARGIN:
+            return
+    raise LayerbenchError(f"trace {trace.path}: its busiest second ({len(busiest)} requests) is more than this host's "
+                          f"pacer holds: with nothing sent it ran {p99:.1f} ms late at p99 (bound {bound:.1f} ms) and "
+                          f"kept {kept:.0%} of the rate, in the best of 3 tries; lower time_scale")
 
 
 def _loads_model(args: argparse.Namespace) -> bool:

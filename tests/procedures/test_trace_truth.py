@@ -14,7 +14,9 @@ import pytest
 from harness.cli.main import main
 from harness.profile.schema import load_profile
 
-pytestmark = [pytest.mark.slow, pytest.mark.cost(110)]
+# alone: the hit rate follows the order the engine admits requests in, and the proxy's 20 ms is read against a
+# 6 ms TTFT; beside real vLLM compiling, the pacer probe itself once ran 72 ms late
+pytestmark = [pytest.mark.slow, pytest.mark.alone, pytest.mark.cost(110)]
 
 # the committed trace at 6x: 153 requests over 9.8 s, its bursts at up to 15 req/s; answers of its 16-96 tokens at
 # 1 ms each, so requests overlap as the bursts pile them up
@@ -64,10 +66,13 @@ def test_a_20_ms_proxy_under_a_trace_is_recovered_profiled_and_reported(tmp_path
                str(tmp_path / "res"), "--reports-dir", str(tmp_path / "rep"), *ENGINE, "--opt", "request_delay_ms=20"])
     assert rc == 0
     report = next((tmp_path / "rep").iterdir())
-    (lv,) = json.loads((report / "summary.json").read_text())["levels"]
-    # the proxy holds each request 20 ms: under the trace's bursts as under a closed loop, TTFT p95 moves by it
-    # (6 -> 27 ms measured here; the engine has no slot limit, so the bursts queue nowhere else)
-    assert abs(lv["stack_ttft_p95_ms"] - lv["baseline_ttft_p95_ms"] - 20) < 5, lv
+    run = tmp_path / "res" / report.name
+    p50 = {side: json.loads((run / f"summary-{side}.json").read_text())["levels"][0]["stats"]["ttft_ms"]["p50"]
+           for side in ("baseline", "stack")}
+    # the proxy holds each request 20 ms: under the trace's bursts as under a closed loop, TTFT moves by it (p95
+    # 6 -> 27 ms measured here; the engine has no slot limit, so the bursts queue nowhere else). The median, which
+    # other tests running beside this one on the host move less than a p95
+    assert abs(p50["stack"] - p50["baseline"] - 20) < 5, p50
     md = (report / "report.md").read_text()
     assert "## The trace replayed" in md and "| requests replayed | 153 of 153 |" in md, md
     assert re.search(r"\| prefix-cache hits, stack \(its engines' counters\) \| 7\d% \|", md), md
