@@ -23,7 +23,8 @@ from harness.load.client import StreamClient
 from harness.load.prompts import PromptGenerator
 from harness.load.runner import Hooks, LevelPlan, Sender, run_level
 from harness.load.scraper import Scraper
-from harness.profile.schema import EngineSettings, LoadProfile, load_profile
+from harness.profile.loading import load_profile
+from harness.profile.schema import EngineSettings, LoadProfile
 from harness.reporting.format import fmt, markdown_table
 from harness.results import new_run_id
 from stacks.base import ENGINE_VENV, DeploySettings, Stack

@@ -15,7 +15,8 @@ from rich.markup import escape
 
 from harness.errors import LayerbenchError
 from harness.procedures.pipeline import Prepared
-from harness.profile.schema import EngineSettings, LoadProfile, load_profile
+from harness.profile.loading import load_profile
+from harness.profile.schema import EngineSettings, LoadProfile
 
 # Wide tables stay readable when output goes to a file or CI log instead of a terminal.
 console = Console(width=None if sys.stdout.isatty() else 170)

@@ -25,7 +25,7 @@ from harness.cli.targets import TargetRun, add_target_arguments, check_target, r
 from harness.errors import LayerbenchError
 from harness.measure.run import Output
 from harness.procedures.pipeline import failure_reason, open_run, recorded
-from harness.profile.schema import load_profile
+from harness.profile.loading import load_profile
 from harness.results import RESULTS_DIR
 from stacks.base import parse_options
 

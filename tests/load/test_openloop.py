@@ -17,7 +17,8 @@ from harness.load.client import RequestRecord, StreamClient
 from harness.load.openloop import Pool, RatePlan, drive_open, run_rate_level, schedule
 from harness.load.prompts import PromptGenerator
 from harness.load.runner import Hooks, LevelPlan, Phase, Sender, run_level
-from harness.profile.schema import SLO, load_profile
+from harness.profile.loading import load_profile
+from harness.profile.schema import SLO
 from harness.reporting.run_report import health_warnings, level_rows
 from harness.results import new_run_id
 from harness.schemas import AppliedConfig, ClientHealth, Dist, LevelSummary, RunSummary, ServerLevelMetrics

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from harness.errors import LayerbenchError
 from harness.load.scraper import parse_metrics
 from harness.load.sse import SSEParser
-from harness.profile.schema import PROFILE_DIR, SLO, EngineSettings, LoadProfile, load_profile
+from harness.profile.loading import load_profile
+from harness.profile.schema import PROFILE_DIR, SLO, EngineSettings, LoadProfile
 from harness.wire import ChunkedDecoder
 
 # ~200 examples a test keeps the file within ~20 s on a loaded 2-core host; no deadline: a busy host stalls.

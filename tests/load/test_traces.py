@@ -129,7 +129,7 @@ def test_a_bad_trace_is_refused_with_one_message(tmp_path, fmt, text, message):
 
 
 def test_a_missing_trace_or_format_or_an_empty_window_is_refused(tmp_path, write_profile):
-    from harness.profile.schema import load_profile
+    from harness.profile.loading import load_profile
 
     with pytest.raises(LayerbenchError, match="not found or not readable"):
         load_profile(str(write_profile(trace={"path": str(tmp_path / "none.jsonl"), "format": "mooncake"})))
@@ -152,7 +152,7 @@ def test_a_missing_trace_or_format_or_an_empty_window_is_refused(tmp_path, write
 
 
 def test_a_trace_profile_is_one_open_loop_level_at_the_replays_mean_rate(tmp_path, write_profile):
-    from harness.profile.schema import load_profile
+    from harness.profile.loading import load_profile
 
     rows = "".join(f'{{"t_ms": {i * 250}, "input_tokens": 40, "output_tokens": 8}}\n' for i in range(40))
     (tmp_path / "t.jsonl").write_text(rows)

@@ -179,7 +179,7 @@ def test_the_profile_names_its_shape():
 
 
 def test_a_study_is_set_beside_a_run_only_at_its_shape(write_profile):
-    from harness.profile.schema import load_profile
+    from harness.profile.loading import load_profile
 
     assert load_profile("gpu-like").builtin_shaped()
     assert not load_profile("gpu-like").model_copy(update={"input_tokens": 2048}).builtin_shaped()

@@ -158,7 +158,7 @@ def test_gpus_that_cannot_hold_both_sides_are_refused(tmp_path, write_profile, c
     profile = write_profile(concurrency=[1], requests=20, requests_per_concurrency=0, deployments="interleaved",
                             engine={"model": "tiny", "gpu_memory_utilization": 0.85})
     from harness.measure import interleave
-    from harness.profile.schema import load_profile
+    from harness.profile.loading import load_profile
 
     p = load_profile(str(profile))
     stack = SimpleNamespace(settings=SimpleNamespace(devices=[0]))

@@ -13,7 +13,7 @@ from harness.analysis.conclude import pair_order
 from harness.analysis.verdict import components
 from harness.cli.main import main
 from harness.measure.planning import Plan, detectable_share, make_plan, pair_seconds, pairs_for, step_sweep_s
-from harness.profile.schema import load_profile
+from harness.profile.loading import load_profile
 from harness.schemas import AAReference, CompareSummary, Stopping
 
 
@@ -120,7 +120,7 @@ def test_a_profile_file_with_max_pairs_below_two_is_refused(write_profile, tmp_p
 
 
 def test_a_profile_that_names_its_pairs_keeps_a_fixed_design_and_the_default_is_sequential(write_profile):
-    from harness.profile.schema import load_profile as load
+    from harness.profile.loading import load_profile as load
 
     assert load(str(write_profile(pairs=3))).stopping == "fixed"
     assert load(str(write_profile())).stopping == "sequential" == load_profile("quick").stopping

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from harness.cli.main import main
-from harness.profile.schema import load_profile
+from harness.profile.loading import load_profile
 
 # alone: the hit rate follows the order the engine admits requests in, and the proxy's 20 ms is read against a
 # 6 ms TTFT; beside real vLLM compiling, the pacer probe itself once ran 72 ms late

@@ -1,7 +1,7 @@
 import pytest
 
 from harness.errors import LayerbenchError
-from harness.profile.schema import builtin_profiles, load_profile
+from harness.profile.loading import builtin_profiles, load_profile
 
 
 def test_builtin_profiles_load():

@@ -14,8 +14,8 @@ import yaml
 
 from harness.errors import LayerbenchError
 from harness.host.engine_build import VLLM_VERSION
+from harness.profile.loading import load_profile
 from harness.profile.models import STUDY_MODEL
-from harness.profile.schema import load_profile
 from harness.reporting.report import _published
 from harness.schemas import PublishedResult
 from harness.schemas import baselines as bl

@@ -18,7 +18,8 @@ from harness.errors import LayerbenchError
 from harness.measure.pairs import pair_targets
 from harness.measure.run import Output, Run
 from harness.procedures.compare import run_compare
-from harness.profile.schema import EngineSettings, LoadProfile, load_profile
+from harness.profile.loading import load_profile
+from harness.profile.schema import EngineSettings, LoadProfile
 from harness.reporting.report import context
 from harness.reporting.terminal import stacks_table
 from harness.results import RunWriter

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from harness.errors import LayerbenchError
-from harness.profile.schema import load_profile
+from harness.profile.loading import load_profile
 from harness.targets.k8s.plan import ClusterSettings
 from harness.targets.k8s.render import render_plan
 from harness.targets.k8s.render_load import LoadCommand

@@ -16,8 +16,9 @@ from harness.analysis.audit import audit_from_scrapes
 from harness.analysis.server_metrics import summarise
 from harness.errors import LayerbenchError
 from harness.load.triton_client import TritonStreamClient
+from harness.profile.loading import load_profile
 from harness.profile.models import STUDY_MODEL
-from harness.profile.schema import EngineSettings, load_profile
+from harness.profile.schema import EngineSettings
 from harness.reporting.report import _published
 from harness.targets.remote_run import Where, skeleton
 from stacks import triton

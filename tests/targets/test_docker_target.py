@@ -13,7 +13,7 @@ import yaml
 from harness.cli.main import main
 from harness.errors import LayerbenchError
 from harness.host import gpus
-from harness.profile.schema import load_profile
+from harness.profile.loading import load_profile
 from harness.targets.k8s.common import gpu_engine_args
 from harness.targets.k8s.docker import command_problems, render_docker, script, write_docker
 from harness.targets.k8s.plan import ClusterSettings

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from harness.profile.schema import load_profile
+from harness.profile.loading import load_profile
 from harness.targets.k8s import dcgm, jobresults
 from harness.targets.k8s.cluster import Cluster
 from harness.targets.k8s.plan import ClusterSettings

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from harness.errors import LayerbenchError
 from harness.host import gpus
-from harness.profile.schema import load_profile
+from harness.profile.loading import load_profile
 from harness.targets.k8s.cluster import Cluster
 from harness.targets.k8s.docker import render_docker, script
 from harness.targets.k8s.driver_check import needed_driver, node_driver, script_check

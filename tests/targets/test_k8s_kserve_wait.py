@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from harness.errors import LayerbenchError
-from harness.profile.schema import load_profile
+from harness.profile.loading import load_profile
 from harness.targets.k8s.cluster import Cluster
 from harness.targets.k8s.plan import ClusterSettings
 from harness.targets.k8s.render import render_plan

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from harness.errors import LayerbenchError
-from harness.profile.schema import load_profile
+from harness.profile.loading import load_profile
 from harness.targets.k8s.common import gpu_engine_args
 from harness.targets.k8s.plan import ClusterSettings, K8sPlan
 from harness.targets.k8s.render import render_plan, write_plan

@@ -12,7 +12,7 @@ import yaml
 
 from harness.cli.main import build_parser, main
 from harness.errors import LayerbenchError
-from harness.profile.schema import load_profile
+from harness.profile.loading import load_profile
 from harness.targets.k8s.cluster import Cluster
 from harness.targets.k8s.plan import ClusterSettings, K8sPlan, Side
 from harness.targets.k8s.preflight import preflight

@@ -19,7 +19,7 @@ from harness.cli.main import main
 from harness.errors import LayerbenchError
 from harness.host import gpus
 from harness.load.prompts import NO_TOKENIZER, PromptGenerator
-from harness.profile.schema import load_profile
+from harness.profile.loading import load_profile
 from harness.targets.k8s import probes
 from harness.targets.k8s.docker import command_problems, render_docker
 from harness.targets.k8s.plan import ClusterSettings
