@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from harness.load.client import RequestRecord
-from harness.profile.schema import EmulatedStep
+from harness.profile.engine import EmulatedStep
 from harness.schemas import Calibration, LevelHold
 
 

@@ -22,7 +22,7 @@ from typing import Protocol
 from pydantic import BaseModel
 
 from harness.analysis.latency_split import counted_off, mean_of
-from harness.profile.schema import EmulatedStep
+from harness.profile.engine import EmulatedStep
 from harness.schemas import LevelSummary, RunSummary, ServerLevelMetrics
 from harness.schemas.window import TOLERANCE
 

@@ -14,14 +14,16 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
-_STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+# strict: an int field takes only a YAML integer (lax mode read `concurrency: [true]` as c=1 and "100" as 100);
+# float fields still take integers. No inf/nan: `.inf` for a duration would make a level run forever.
+STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 LENGTH_MAX = 1_000_000  # tokens: a bound on any length, far above any model's context
 
 
 class Uniform(BaseModel):
     """`{uniform: [lo, hi]}`: every length from lo to hi (inclusive) equally likely."""
 
-    model_config = _STRICT
+    model_config = STRICT
     uniform: list[int]
 
     @field_validator("uniform")
@@ -33,7 +35,7 @@ class Uniform(BaseModel):
 
 
 class LognormalSpec(BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     mean: float = Field(gt=0, le=LENGTH_MAX, description="the lengths' mean in tokens (before the cap)")
     sigma: float = Field(gt=0, le=3, description="the spread of log(length)")
     max: int = Field(gt=0, le=LENGTH_MAX, description="lengths above it are cut to it")
@@ -48,7 +50,7 @@ class LognormalSpec(BaseModel):
 class Lognormal(BaseModel):
     """`{lognormal: {mean, sigma, max}}`: long-tailed lengths as chat traffic has them, cut at max."""
 
-    model_config = _STRICT
+    model_config = STRICT
     lognormal: LognormalSpec
 
 
@@ -71,7 +73,7 @@ class PrefixGroups(BaseModel):
     """`prefix: {groups: G, shared_tokens: P}`: each request belongs to one of G groups (in a seeded order), and
     the requests of a group begin with the same P tokens, so a prefix cache has something to reuse."""
 
-    model_config = _STRICT
+    model_config = STRICT
     groups: int = Field(ge=1, le=100_000)
     shared_tokens: int = Field(ge=1, le=LENGTH_MAX)
 
@@ -81,7 +83,7 @@ class Sessions(BaseModel):
     each turn's prompt is the conversation so far (every earlier prompt and answer) and a new user message of the
     profile's input length, sent X seconds after the last answer ended."""
 
-    model_config = _STRICT
+    model_config = STRICT
     turns: int = Field(ge=2, le=100)
     think_time_s: float = Field(0.0, ge=0, le=600)
 
@@ -90,7 +92,7 @@ class TraceReplay(BaseModel):
     """`trace: {path, format, ...}`: a production trace replayed as one open-loop level, on its own arrival times
     (harness.profile.traces reads it)."""
 
-    model_config = _STRICT
+    model_config = STRICT
     path: str = Field(min_length=1, description="the trace file (read, never downloaded)")
     format: Literal["mooncake", "bailian", "burstgpt", "azure", "jsonl"] = Field(
         description="mooncake (JSONL, ms, 512-token hash_ids), bailian (JSONL, s, 16-token hash_ids), burstgpt "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from harness.profile.schema import SLO, EmulatedStep
+from harness.profile.engine import SLO, EmulatedStep
 from harness.schemas.audit import AuditResult
 from harness.schemas.deploy import AppliedConfig, PublishedResult, ServedModel
 from harness.schemas.profiles import Diagnosis

@@ -14,7 +14,7 @@ from harness.analysis.verdict import Criteria, balanced_mean, components, holm, 
 from harness.host.dtype import fastest_dtype
 from harness.load.client import RequestRecord
 from harness.measure.pairs import schedule
-from harness.profile.schema import EmulatedStep
+from harness.profile.engine import EmulatedStep
 from harness.schemas import Components, DtypeChoice
 from stacks.base import DeploySettings
 from stacks.sim import SimStack

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from harness.errors import LayerbenchError
+from harness.profile.engine import EmulatedStep, EngineSettings
 from harness.profile.loading import load_profile
-from harness.profile.schema import EmulatedStep, EngineSettings
 
 PLUGIN = Path(__file__).resolve().parents[2] / "engine_plugin"
 sys.path.insert(0, str(PLUGIN))
