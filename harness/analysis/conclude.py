@@ -75,7 +75,7 @@ def settle(summary: CompareSummary, profile: LoadProfile, seen: Evidence, allow_
     base, stack = summary.runs.get("baseline"), summary.runs.get("stack")
     calibration = base.calibration if base else None
     summary.left_out = dict(calibration.left_out) if calibration else {}
-    levels = [c for c in profile.levels() if c not in summary.left_out]
+    levels = sorted(c for c in profile.levels() if c not in summary.left_out)  # a trace's segments: by rate too
     no_verdict = {**client_bound(base, stack), **{c: ("host-bound", "no verdict: this host stretched the emulated "
                   "step here (the emulation table), so the level measures the host, not the emulated GPU")
                   for c in stretched_levels(summary)}}

@@ -6,6 +6,7 @@ is counted (open loop: from the scheduled send time, exactly as harness/analysis
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from harness.analysis.stats import from_schedule
@@ -66,11 +67,47 @@ def _measured(d: dict) -> tuple[tuple[str, float, int], tuple[int, int], Request
     return ((label, level, int(rec.repeat)), (int(d.get("invocation", 0)), int(d.get("attempt", 0))), rec)
 
 
-def timelines(run_dir: Path, keep: set[tuple[str, float, int]] | None = None) -> dict[str, list[tuple[int, int]]]:
-    """label -> (scheduled send, end) in ns of every measured successful request of its first window: the arrivals
-    and requests in flight over a replay (a trace's), from its schedule. Open-loop records only."""
+def timelines(run_dir: Path, offsets: Sequence[int], keep: set[tuple[str, float, int]] | None = None
+              ) -> dict[str, list[tuple[int, int]]]:
+    """label -> (scheduled send, end) in ns of every measured successful request of a replay (a trace's, whose
+    requests' offsets are `offsets`), from its schedule: its first window at each level, each window placed on the
+    trace's own time (a segment's window after the segments before it). Open-loop records only."""
     out: dict[str, list[tuple[int, int]]] = {}
+    seen: set[tuple[str, float]] = set()
+    for (label, level, _), recs in measured(run_dir, keep).items():
+        if (label, level) in seen or not recs or not recs[0].t_task_ns:
+            continue
+        seen.add((label, level))
+        anchor = min(r.t_due_ns - offsets[r.index % len(offsets)] for r in recs)  # the window's trace time 0
+        out.setdefault(label, []).extend((r.t_due_ns - anchor, r.t_end_ns - anchor) for r in recs)
+    return out
+
+
+def by_minute(run_dir: Path, offsets: Sequence[int], keep: set[tuple[str, float, int]] | None = None
+              ) -> dict[str, dict[int, tuple[list[float], list[float]]]]:
+    """label -> minute of a replay -> (TTFT ms, E2E ms) of its measured successful requests, by the minute of the
+    trace each request is in (`offsets`: the trace's requests' offsets, ns; a segment's requests keep theirs), every
+    window of the side pooled. Open-loop records only: latency from the scheduled send."""
+    out: dict[str, dict[int, tuple[list[float], list[float]]]] = {}
     for (label, _, _), recs in measured(run_dir, keep).items():
-        if label not in out and recs and recs[0].t_task_ns:
-            out[label] = [(r.t_due_ns, r.t_end_ns) for r in recs]
+        if not recs or not recs[0].t_task_ns:
+            continue
+        for r in recs:
+            timed = from_schedule(r)
+            if timed.ttft_ms is None or timed.e2e_ms is None:
+                continue
+            minute = offsets[r.index % len(offsets)] // 60_000_000_000
+            got = out.setdefault(label, {}).setdefault(int(minute), ([], []))
+            got[0].append(float(timed.ttft_ms))
+            got[1].append(float(timed.e2e_ms))
+    return out
+
+
+def held(run_dir: Path, keep: set[tuple[str, float, int]] | None = None) -> dict[str, tuple[int, list[float]]]:
+    """label -> (measured successful requests, how long each one held for its chat's previous answer waited, ms):
+    a trace replayed with `sessions`."""
+    out: dict[str, tuple[int, list[float]]] = {}
+    for (label, _, _), recs in measured(run_dir, keep).items():
+        n, waits = out.get(label, (0, []))
+        out[label] = (n + len(recs), waits + [r.held_ms for r in recs if r.held_ms > 0])
     return out

@@ -150,9 +150,11 @@ def cmd_audit(args: argparse.Namespace) -> int:
     """Deploy baseline and stack briefly (and the stack's other shapes, such as Triton with its engine metrics
     on), send a few requests so request-driven families appear, scrape every metric endpoint, and audit what
     survives; no throughput is measured."""
-    p = prepare(args, "audit", profile_for(args).model_copy(update={
-        "concurrency": [2], "rates": None, "requests": 6, "requests_per_concurrency": 0, "min_duration_s": 2.5,
-        "warmup_waves": 0, "repeats": 1}))
+    asked = profile_for(args)
+    chats = asked.sessions.model_copy(update={"rate": None}) if asked.sessions else None  # closed loop: c=2 chats
+    p = prepare(args, "audit", asked.model_copy(update={
+        "concurrency": [2], "rates": None, "trace": None, "sessions": chats, "requests": 6,
+        "requests_per_concurrency": 0, "min_duration_s": 2.5, "warmup_waves": 0, "repeats": 1}))
     profile, stack, run_id = p.profile, p.stack, p.run_id
     if args.target != "local" or args.dry_run:
         return run_target(TargetRun("audit", args, stack, profile, run_id, None), console)

@@ -57,6 +57,8 @@ class RequestRecord:
     output_asked: int = 0  # its max_tokens
     digest: str = ""  # of the request body as sent: both sides of a compare send the same ones in the same order
     turn: int = 0  # a multi-turn chat's turn (0: the first, or a profile without sessions)
+    chat: int = -1  # its chat (repeat x 1,000,000 + its number in its load process, beside `worker`; -1: none)
+    held_ms: float = 0.0  # a trace's turn: how long it waited past its own time for its chat's previous answer
     answer: str = ""  # the streamed text, kept only for a chat's next turn (StreamClient.keep_text); not written
     headers: dict[str, str] = field(default_factory=dict)  # the layer's timing headers (StreamClient.keep_headers)
     replica: int = -1  # the engine the load client sent it to, where it spreads over several (load/spread.py)
@@ -83,6 +85,10 @@ class RequestRecord:
             del d["headers"]
         if self.replica < 0:  # one endpoint: the same
             del d["replica"]
+        if self.chat < 0:  # no sessions: the same
+            del d["chat"]
+        if not self.held_ms:
+            del d["held_ms"]
         d["event_ms"] = [round(x, 3) for x in self.event_ms]
         d["dispatch_delay_ms"] = round(self.dispatch_delay_ms, 4)
         return d

@@ -45,14 +45,21 @@ class Driver:
         return level / (self.shard.count if self.shard else 1)
 
     def requests(self, level: float) -> int:
-        return self.part(self.profile.requests_for(level))
+        return self._whole(self.profile.requests_for(level))
+
+    def _whole(self, n: int) -> int:
+        """This process's part of n requests: of n / turns chats where chats start on a schedule, so that the
+        processes together send the level's whole chats."""
+        p = self.profile
+        turns = p.sessions.turns if p.chats_open and p.sessions else 1
+        return self.part(-(-n // turns)) * turns
 
     async def warm(self, level: float, on_record: Callback) -> str | None:
         """One unmeasured wave at the level (the warmup sweep); why it stopped, or None."""
         waves = max(1, self.profile.warmup_waves)
         if self.open_loop:
-            n = self.part(warmup_requests(level, waves, self.profile.requests_for(level)))
-            return await warm_open(self.sender, self.rate(level), n, self.profile.arrival, self.seed, on_record)
+            n = self._whole(warmup_requests(level, waves, self.profile.requests_for(level)))
+            return await warm_open(self.sender, self._plan(level, n, 0, waves), on_record)
         return await warm(self.sender, self.part(int(level)), waves, on_record)
 
     async def measure(self, level: float, repeat: int, on_record: Callback, on_progress: Callback,
@@ -62,14 +69,23 @@ class Driver:
         hooks = Hooks(on_record, on_progress, process_cpu, on_measure_start)
         n = self.requests(level)
         if self.open_loop:
-            plan = RatePlan(self.rate(level), n, repeat=repeat, warmup_waves=p.warmup_waves, arrival=p.arrival,
-                            seed=self.seed)
+            plan = self._plan(level, n, repeat, p.warmup_waves)
             if p.trace is not None:  # the trace's own arrivals; of N load processes, each sends every Nth request
-                k, count = (self.shard.index, self.shard.count) if self.shard else (0, 1)
-                every = p.replay().offsets_ns()
-                mine = tuple(range(k, len(every), count))
-                plan = replace(plan, offsets=tuple(every[i] for i in mine), indices=mine)
+                k, count = (self.shard.index, self.shard.count) if self.shard else (0, 1)  # (or chat, with sessions)
+                trace, chats, segment = p.replay(), p.trace.sessions, p.segment(level)  # one segment: the whole
+                inside = set(segment)
+                every, mine = trace.offsets_ns(), tuple(i for i in trace.share(k, count, chats) if i in inside)
+                t0 = every[segment[0]]  # a segment's arrivals from its own first
+                plan = replace(plan, offsets=tuple(every[i] - t0 for i in mine), indices=mine,
+                               after=trace.previous_turns(mine) if chats else None)
             return await run_rate_level(self.sender, plan, hooks)
         return await run_level(self.sender, LevelPlan(self.part(int(level)), n, repeat=repeat,
                                                       warmup_waves=p.warmup_waves, min_duration_s=p.min_duration_s),
                                hooks)
+
+    def _plan(self, level: float, n: int, repeat: int, warmup_waves: int) -> RatePlan:
+        """This process's part of an open-loop level: n requests at its share of the rate (chats of the profile's
+        turns where `sessions.rate` starts them)."""
+        p, chats = self.profile, self.profile.sessions if self.profile.chats_open else None
+        return RatePlan(self.rate(level), n, repeat=repeat, warmup_waves=warmup_waves, arrival=p.arrival,
+                        seed=self.seed, turns=chats.turns if chats else 1, think_s=chats.think_time_s if chats else 0.0)

@@ -28,6 +28,7 @@ from harness.load.client import Connection, RequestRecord, StreamClient
 from harness.load.pacer import pace
 from harness.load.runner import (
     NO_HOOKS,
+    Chat,
     Flow,
     Hooks,
     LevelRun,
@@ -42,6 +43,11 @@ from harness.load.runner import (
 )
 from harness.schemas import Dist
 
+# A chat's next turn sleeps until this close to its due time, then yields to the loop until it is due: uvloop's
+# timers are libuv's, whole milliseconds from the loop's cached "now" (MagicStack/uvloop uvloop/handles/timer.pyx;
+# libuv docs/src/timer.rst), so a sleep rounded down may end before its time (harness/load/pacer.py paces the
+# schedule itself in a thread for the same reason)
+EARLY_NS = 2_000_000
 # One warmup wave of an open-loop level is one second of its schedule (at most the level's request count): it
 # opens about as many connections as the level keeps in flight while requests take up to a second.
 WAVE_S = 1.0
@@ -115,17 +121,51 @@ class RatePlan:
     seed: int | str = 0
     offsets: tuple[int, ...] | None = None  # a trace's arrivals (ns after the first) instead of a drawn schedule
     indices: tuple[int, ...] | None = None  # which of the trace's requests this process sends (offsets' order)
+    after: tuple[int, ...] | None = None  # a trace's chats: each request waits for the one at this offset (-1: none)
+    turns: int = 1  # > 1: the schedule starts chats of this many turns (rate / turns a second), not requests
+    think_s: float = 0.0  # a chat's next turn is due this long after its last answer ended
+
+    def starts(self, n: int, phase: str) -> list[int]:
+        """The schedule of n requests: their sends, or the starts of the chats that send them."""
+        chats = math.ceil(n / self.turns)
+        return schedule(self.rate / self.turns, chats, self.arrival, self.seed, self.repeat, phase)
+
+    def sends(self, measured: bool) -> Sends:
+        """How a phase of it sends its schedule: chats of its turns; the measured one, a trace's numbering and
+        chats (a warmup's prompts are its own)."""
+        return Sends(self.indices if measured else None, self.turns, self.think_s,
+                     self.after if measured else None)
+
+
+@dataclass(frozen=True)
+class Sends:
+    """How drive_open sends its schedule: offsets[i] is request indices[i] where given (a trace's own numbering),
+    else request i; with turns > 1 it starts chat i instead, each next turn due think_s after the last answer
+    ended; with `after` (a trace's chats) request i waits until request after[i] has ended (-1: none)."""
+
+    indices: tuple[int, ...] | None = None
+    turns: int = 1
+    think_s: float = 0.0
+    after: tuple[int, ...] | None = None
+
+
+ONE_EACH = Sends()
 
 
 async def drive_open(sender: Sender, phase: Phase, offsets: list[int], pool: Pool,
-                     on_record: Callable[[RequestRecord], None], indices: tuple[int, ...] | None = None) -> Flow:
-    """Sends request i at t0 + offsets[i] (phase.level: the rate), as request indices[i] where given (a trace's
-    own numbering). As in runner.drive, every request taken is recorded exactly once (sent = recorded), also when
-    the phase is stopped by a dead deployment, Ctrl-C or a failed write."""
+                     on_record: Callable[[RequestRecord], None], how: Sends = ONE_EACH) -> Flow:
+    """Sends request i at t0 + offsets[i] (phase.level: the rate), as `how` says (Sends). A chat's turn is due its
+    think time after the previous answer ended, counted from then (the wait for an answer is the user's, not the
+    client's lateness), and a failed turn ends the chat. A trace's turn held for its chat's previous answer is due
+    at the later of its own time and that answer's end, and its record says how long it was held. As in
+    runner.drive, every request taken is recorded exactly once (sent = recorded), also when the phase is stopped by
+    a dead deployment, Ctrl-C or a failed write."""
     clock = time.perf_counter_ns
     client, gen, dead = sender.client, sender.gen, sender.dead  # locals: each request reads them
     rate, repeat, name, keep = phase.level, phase.repeat, phase.name, phase.keep
-    flow = Flow(len(offsets), 0.0)
+    indices, turns, after = how.indices, how.turns, how.after
+    flow = Flow(len(offsets) * turns, 0.0)
+    think_ns = round(how.think_s * 1e9)
     tasks: list[asyncio.Task] = []  # the scheduler, then every request; runner.watch cancels them all
     failure: list[BaseException] = []
     finished = asyncio.Event()
@@ -150,18 +190,20 @@ async def drive_open(sender: Sender, phase: Phase, offsets: list[int], pool: Poo
         t.add_done_callback(done)
         tasks.append(t)
 
-    async def one(i: int, due: int) -> None:
-        began = clock()
-        if flow.take() is None:  # taken once started: a task cancelled before it ran sent nothing
-            return
+    async def request(i: int, due: int, began: int, chat: Chat | None, held_ns: int = 0) -> RequestRecord | None:
+        taken = flow.take()
+        if taken is None:  # taken once started: a task cancelled before it ran sent nothing
+            return None
         if indices is not None:
             i = indices[i]
+        elif chat is not None:
+            i = taken  # a chat's requests are numbered as sent; its prompts are its turns'
         rec = RequestRecord(level=rate, index=i, repeat=repeat, phase=name, t_due_ns=due,  # type: ignore[arg-type]
-                            t_task_ns=began)
+                            t_task_ns=began, held_ms=held_ns / 1e6)
         conn = None
         try:
             conn = await pool.get()
-            await send(client, conn, gen, rec, i + repeat * 1_000_000)
+            await send(client, conn, gen, rec, i + repeat * 1_000_000, chat.next(rec) if chat else None)
         except BaseException as e:  # taken means recorded, whatever stopped it
             stopped(rec, e, flow)
             if conn is not None:
@@ -173,6 +215,39 @@ async def drive_open(sender: Sender, phase: Phase, offsets: list[int], pool: Poo
                 pool.put(conn)
         record(rec)
         flow.reached(rec)
+        return rec
+
+    ended = {j: asyncio.Event() for j in set(after or ()) if j >= 0}  # a chat's turn, waited for by the next
+    end_ns: dict[int, int] = {}
+
+    async def one(i: int, due: int) -> None:
+        if after is not None:
+            await held(i, due)
+            return
+        if turns == 1:
+            await request(i, due, clock(), None)
+            return
+        chat = Chat(gen, i, 1, repeat, think_s=0.0)  # the think time is waited for here, to its due time
+        while (rec := await request(i, due, clock(), chat)) is not None:
+            await chat.after(rec)
+            if chat.turn == 0:  # the last turn, or a failed one: the chat is over
+                return
+            due = rec.t_end_ns + think_ns
+            while (wait := due - clock()) > 0:  # never before its due time: the loop's timers may wake ~1 ms early
+                await asyncio.sleep((wait - EARLY_NS) / 1e9 if wait > EARLY_NS else 0)
+
+    async def held(i: int, due: int) -> None:
+        """A trace's turn: sent when its chat's previous turn has ended, if that is after its own time."""
+        scheduled, rec = due, None
+        try:
+            if (j := after[i]) >= 0:  # type: ignore[index]
+                await ended[j].wait()
+                due = max(due, end_ns[j])
+            rec = await request(i, due, clock(), None, held_ns=due - scheduled)
+        finally:
+            if i in ended:  # its next turn waits for this end (a failed or stopped one's: now)
+                end_ns[i] = rec.t_end_ns if rec is not None and rec.t_end_ns else clock()
+                ended[i].set()
 
     def fire(i: int, due: int) -> None:
         # a send the pacer's thread queued before the phase was stopped arrives after its requests were cancelled:
@@ -213,14 +288,14 @@ async def _until_done(flow: Flow, tasks: list[asyncio.Task], finished: asyncio.E
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def warm_open(sender: Sender, rate: float, n: int, arrival: str = "poisson", seed: int | str = 0,
+async def warm_open(sender: Sender, plan: RatePlan,
                     on_record: Callable[[RequestRecord], None] = ignore_record) -> str | None:
-    """n unmeasured requests at one rate (the warmup sweep before the first measured level; n: warmup_requests);
-    returns why it stopped early, if it did."""
+    """plan.requests unmeasured requests at its rate (the warmup sweep before the first measured level, n:
+    warmup_requests); returns why it stopped early, if it did."""
     pool = Pool(sender.client)
     try:
-        flow = await drive_open(sender, Phase(rate, 0, "warmup-sweep", keep=False),
-                                schedule(rate, n, arrival, seed, 0, "warmup-sweep"), pool, on_record)
+        flow = await drive_open(sender, Phase(plan.rate, 0, "warmup-sweep", keep=False),
+                                plan.starts(plan.requests, "warmup-sweep"), pool, on_record, plan.sends(False))
         return flow.abort
     finally:
         pool.close()
@@ -228,20 +303,19 @@ async def warm_open(sender: Sender, rate: float, n: int, arrival: str = "poisson
 
 async def run_rate_level(sender: Sender, plan: RatePlan, hooks: Hooks = NO_HOOKS) -> LevelRun:
     """One open-loop level: `warmup_waves` unmeasured seconds of its schedule, then its measured requests."""
-    rate, repeat, arrival, seed = plan.rate, plan.repeat, plan.arrival, plan.seed
+    rate, repeat = plan.rate, plan.repeat
     pool = Pool(sender.client)
     try:
         if plan.warmup_waves:
             n_warm = warmup_requests(rate, plan.warmup_waves, plan.requests)
-            warmup = await drive_open(sender, Phase(rate, repeat, "warmup", keep=False),
-                                      schedule(rate, n_warm, arrival, seed, repeat, "warmup"), pool, hooks.on_record)
+            warmup = await drive_open(sender, Phase(rate, repeat, "warmup", keep=False), plan.starts(n_warm, "warmup"),
+                                      pool, hooks.on_record, plan.sends(False))
             if warmup.abort:
                 return LevelRun(concurrency=0, rate=rate, repeat=repeat, records=[], sent=0, aborted=warmup.abort,
                                 client=judge_client(0.0, Dist(), Dist()), process_cpu_s={}, window_s=0.0)
-        offsets = list(plan.offsets) if plan.offsets is not None else \
-            schedule(rate, plan.requests, arrival, seed, repeat, "measure")
+        offsets = list(plan.offsets) if plan.offsets is not None else plan.starts(plan.requests, "measure")
         w = await measured_window(lambda measured: drive_open(sender, Phase(rate, repeat, "measure"), offsets, pool,
-                                                              measured, plan.indices), hooks)
+                                                              measured, plan.sends(True)), hooks)
     finally:
         pool.close()
     records = w.flow.records

@@ -149,14 +149,16 @@ class Chat:
     """A closed-loop slot's multi-turn chats (profile `sessions`): slot k of c holds chats k, k + c, k + 2c, ...
     (the same chats on both sides of a compare, whatever the timing), each turn sent after the think time."""
 
-    def __init__(self, gen: PromptGenerator, slot: int, slots: int, repeat: int):
+    def __init__(self, gen: PromptGenerator, slot: int, slots: int, repeat: int, think_s: float | None = None):
+        """think_s: how long `after` waits (default: the profile's think time; an open loop waits on its own)."""
         assert gen.sessions is not None
-        self.gen, self.turns, self.think_s = gen, gen.sessions.turns, gen.sessions.think_time_s
+        self.gen, self.turns = gen, gen.sessions.turns
+        self.think_s = gen.sessions.think_time_s if think_s is None else think_s
         self.chat, self.slots, self.base = slot, slots, repeat * 1_000_000
         self.turn, self.history, self.tokens, self.req = 0, "", 0, None
 
     def next(self, rec: RequestRecord) -> Request:
-        rec.turn = self.turn
+        rec.turn, rec.chat = self.turn, self.base + self.chat
         self.req = self.gen.turn(rec.level, self.base + self.chat, self.turn, self.history, self.tokens, rec.phase)
         return self.req
 

@@ -99,6 +99,7 @@ def run_compare(stack: Stack, run: Run, allow_mismatch: bool, pairs_plan: Plan |
         run_id=writer.run_id, stack=stack.kind, baseline_stack=baseline.kind, in_request_path=stack.in_request_path,
         renames=stack.metric_aliases(), metricless=stack.metricless_endpoints(),
         shape=stack.shape(), published=stack.published() if study else None, model=stack.settings.model,
+        replay=profile.replay().describe() if profile.trace is not None else None,
         devices=list(stack.settings.devices), gpu_host=_gpu_host(),
         profile=profile.name, repeats=repeats, pairs=profile.pairs, deployments=profile.deployments,
         order=pair_order(profile.pairs) if profile.deployments == "sequential" else [0] * profile.pairs,

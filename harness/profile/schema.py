@@ -60,11 +60,13 @@ class LoadProfile(BaseModel):
                                 "output_tokens}: the requests' prompts, sampled by the run's seed")
     prefix: PrefixGroups | None = Field(None, description="shared-prefix groups: {groups: G, shared_tokens: P}; "
                                         "default: every prompt begins with a block of its own")
-    sessions: Sessions | None = Field(None, description="multi-turn chats {turns: T, think_time_s: X}: a level's "
-                                      "concurrency counts chats in flight, each turn sending the conversation so far")
-    trace: TraceReplay | None = Field(None, description="a production trace replayed as one open-loop level on "
-                                      "its own arrival times: {path, format, time_scale, start_s, duration_s, "
-                                      "max_requests, jitter, block_tokens}")
+    sessions: Sessions | None = Field(None, description="multi-turn chats {turns: T, think_time_s: X, rate: R}, each "
+                                      "turn sending the conversation so far: a level's concurrency counts chats in "
+                                      "flight, or with `rate` chats start at R a second (open loop, level R x T)")
+    trace: TraceReplay | None = Field(None, description="a production trace replayed on its own arrival times as "
+                                      "one open-loop level (or one per segment): {path, format, time_scale, "
+                                      "start_s, duration_s, max_requests, jitter, arrivals, block_tokens, sessions, "
+                                      "segments}")
     api: Literal["completions", "chat"] = "completions"
     ignore_eos: bool = True
     request_timeout_s: float = Field(120.0, gt=0)
@@ -174,13 +176,19 @@ class LoadProfile(BaseModel):
                 call_default_factory=True):
             raise ValueError("set either `concurrency` (closed loop: requests in flight) or `rates` (open loop: "
                              "requests per second), not both")
-        if self.rates is None and self.arrival != "poisson":
-            raise ValueError("`arrival` applies to open-loop profiles only: set `rates` (req/s) too, or remove it")
+        if self.chats_open and self.concurrency != type(self).model_fields["concurrency"].get_default(
+                call_default_factory=True):
+            raise ValueError("set either `concurrency` (closed loop: chats in flight) or `sessions.rate` (open loop: "
+                             "chats started per second), not both")
+        if self.rates is None and not self.chats_open and self.arrival != "poisson":
+            raise ValueError("`arrival` applies to open-loop profiles only: set `rates` (req/s) or `sessions.rate` "
+                             "(chats/s) too, or remove it")
 
         self._workload_fits()
         short = [x for x in self.levels() if self.requests_for(x) < min_requests()]
         if short:
-            fix = "widen the trace's window (start_s, duration_s, max_requests)" if self.trace else \
+            fix = "widen the trace's window (start_s, duration_s, max_requests)" + (
+                ", or cut it in fewer segments" if self.trace.segments > 1 else "") if self.trace else \
                 "raise `requests` or " + ("`min_duration_s`" if self.open_loop else "`requests_per_concurrency`")
             raise ValueError(f"levels {short} send fewer than {min_requests()} requests, too few to check that the "
                              f"level is steady (two halves of >= 10): {fix}")
@@ -197,6 +205,9 @@ class LoadProfile(BaseModel):
             if self.rates is not None or self.dataset or self.prefix or self.sessions or self.concurrency != default:
                 raise ValueError("a trace sets its own arrivals, lengths and prefixes: remove `concurrency`, `rates`, "
                                  "`dataset`, `prefix` and `sessions` from a profile with `trace`")
+            if self.trace.sessions and not any(r.chat is not None for r in self.replay().requests):
+                raise ValueError(f"trace.sessions: {self.trace.path} names no chat in the window replayed (bailian's "
+                                 "chat_id, jsonl's `session`)")
             return
         uses = "dataset" in (self.input_tokens, self.output_tokens)
         if uses and self.dataset is None:
@@ -215,8 +226,8 @@ class LoadProfile(BaseModel):
             raise ValueError(f"a request of up to {what}{ins[1]} + {outs[1]} tokens is beyond engine.max_model_len "
                              f"{self.engine.max_model_len}: raise max_model_len or shorten the lengths")
         if self.sessions is not None and self.rates is not None:
-            raise ValueError("sessions take a closed-loop profile (`concurrency`: chats in flight); an open loop of "
-                             "session arrival rates is not implemented")
+            raise ValueError("with `sessions`, an open loop's rate is the chats': set `sessions.rate` (chats started "
+                             "per second; a level is the request rate they offer, rate x turns), not `rates`")
 
     def shape_text(self) -> str:
         """The request shape as a report names it: `128/64`, or its distributions."""
@@ -231,6 +242,8 @@ class LoadProfile(BaseModel):
             text += f", {self.prefix.groups} groups sharing {self.prefix.shared_tokens} prefix tokens"
         if self.sessions:
             text += f", chats of {self.sessions.turns} turns ({self.sessions.think_time_s:g} s to think)"
+            if self.sessions.rate:
+                text += f" starting at {', '.join(f'{r:g}' for r in self.sessions.rate)} a second"
         return text
 
     def builtin_shaped(self) -> bool:
@@ -251,23 +264,52 @@ class LoadProfile(BaseModel):
     def requests_for(self, level: float) -> int:
         """Window size. Closed loop: short windows at high concurrency are all ramp and tail (see DESIGN, window
         size). Open loop: at least `requests`, and at least rate x `min_duration_s` (the schedule's length)."""
-        if self.trace is not None:  # the replay: every request of its window
-            return len(self.replay().requests)
+        if self.trace is not None:  # the replay: every request of its window (or of the segment)
+            return len(self.segment(level))
         if self.open_loop:
-            return max(self.requests, math.ceil(level * self.min_duration_s))
+            n = max(self.requests, math.ceil(level * self.min_duration_s))
+            turns = self.sessions.turns if self.chats_open and self.sessions else 1
+            return -(-n // turns) * turns  # whole chats
         return max(self.requests, self.requests_per_concurrency * int(level))
 
     @property
     def open_loop(self) -> bool:
-        """Levels are offered request rates (`rates`, or a trace's), not concurrencies."""
-        return self.rates is not None or self.trace is not None
+        """Levels are offered request rates (`rates`, a trace's, or what chats started at `sessions.rate` offer),
+        not concurrencies."""
+        return self.rates is not None or self.trace is not None or self.chats_open
+
+    @property
+    def chats_open(self) -> bool:
+        """Chats start on a schedule (`sessions.rate`) rather than one per closed-loop slot."""
+        return self.sessions is not None and self.sessions.rate is not None
 
     def levels(self) -> list[float] | list[int]:
-        """The levels to measure: rates (req/s) in an open-loop profile (a trace's mean rate: its one level),
-        concurrencies otherwise."""
+        """The levels to measure: rates (req/s) in an open-loop profile (a trace's: its mean rate, or each
+        segment's in the trace's order), concurrencies otherwise."""
         if self.trace is not None:
-            return [round(self.replay().mean_rate(), 2)]
+            return list(self._segments())
+        if self.sessions is not None and self.sessions.rate is not None:
+            return self.sessions.levels()
         return list(self.rates) if self.rates is not None else list(self.concurrency)
+
+    def _segments(self) -> dict[float, list[int]]:
+        """level -> its requests: the whole replay at its mean rate, or each of `segments` stretches at its own
+        (to 0.01 req/s; a stretch of the same rate as an earlier one is told apart by 0.01), in the trace's order."""
+        assert self.trace is not None
+        t = self.replay()
+        if self.trace.segments == 1:
+            return {round(t.mean_rate(), 2): list(range(len(t.requests)))}
+        out: dict[float, list[int]] = {}
+        for rate, part in t.segments(self.trace.segments):
+            level = round(rate, 2)
+            while level in out or level <= 0:
+                level = round(level + 0.01, 2)
+            out[level] = part
+        return out
+
+    def segment(self, level: float) -> list[int]:
+        """A trace level's requests (positions in the replay); [] for a level that is not one of its own."""
+        return self._segments().get(round(float(level), 2), [])
 
     def replay(self) -> Trace:
         """The trace as replayed: read once per process and file."""
@@ -278,10 +320,13 @@ class LoadProfile(BaseModel):
         """A validated copy measuring `levels` instead (rates in an open-loop profile, concurrencies otherwise);
         raises LayerbenchError naming the problem."""
         if self.trace is not None:
-            raise LayerbenchError(f"profile {self.name!r} replays a trace, one level on the trace's own arrivals: "
-                                  "its levels cannot be changed (time_scale changes its rate)")
+            raise LayerbenchError(f"profile {self.name!r} replays a trace, its levels the trace's own rates: they "
+                                  "cannot be changed (time_scale changes them, segments cuts the replay in more)")
         data = self.model_dump()
-        data["rates" if self.open_loop else "concurrency"] = list(levels)
+        if self.sessions is not None and self.sessions.rate is not None:  # a level is rate x turns
+            data["sessions"]["rate"] = [x / self.sessions.turns for x in levels]
+        else:
+            data["rates" if self.open_loop else "concurrency"] = list(levels)
         try:
             return LoadProfile.model_validate(data)
         except ValidationError as e:

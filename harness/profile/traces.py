@@ -15,7 +15,7 @@ import csv
 import json
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -61,6 +61,38 @@ class Trace:
     def offsets_ns(self) -> list[int]:
         return [round(r.t_ms * 1e6) for r in self.requests]
 
+    def segments(self, n: int) -> list[tuple[float, list[int]]]:
+        """The replay cut into n stretches of equal time: each one's rate (its requests over its length, with the
+        one mean gap mean_rate adds) and its requests (positions in arrival order)."""
+        span_ms = self.requests[-1].t_ms if self.requests else 0.0
+        parts: list[list[int]] = [[] for _ in range(n)]
+        for i, r in enumerate(self.requests):
+            parts[min(n - 1, int(r.t_ms * n / span_ms)) if span_ms > 0 else 0].append(i)
+        stretch_s = self.span_s / n
+        scale = (len(self.requests) - 1) / len(self.requests) if len(self.requests) > 1 else 1.0
+        return [(len(p) * scale / stretch_s if stretch_s > 0 else float(len(p)), p) for p in parts]
+
+    def share(self, index: int, count: int, by_chat: bool) -> list[int]:
+        """The requests load process `index` of `count` sends: every count-th, or with by_chat every count-th chat
+        (in order of first arrival), so that a chat's turns go out from one process."""
+        if not by_chat:
+            return list(range(index, len(self.requests), count))
+        order: dict[object, int] = {}
+        keys = [r.chat if r.chat is not None else ("request", i) for i, r in enumerate(self.requests)]
+        return [i for i, k in enumerate(keys) if order.setdefault(k, len(order)) % count == index]
+
+    def previous_turns(self, positions: Sequence[int]) -> tuple[int, ...]:
+        """For each of `positions` (requests in arrival order), where among them its chat's previous request is,
+        or -1 for a chat's first request in the window (or one outside any chat)."""
+        last: dict[str, int] = {}
+        out = []
+        for j, i in enumerate(positions):
+            chat = self.requests[i].chat
+            out.append(last.get(chat, -1) if chat is not None else -1)
+            if chat is not None:
+                last[chat] = j
+        return tuple(out)
+
     @property
     def span_s(self) -> float:
         return self.requests[-1].t_ms / 1e3 if self.requests else 0.0
@@ -90,19 +122,22 @@ class Trace:
                 best, at = (j, i + 1), j
         return [round((x - t[at]) * 1e6) for x in t[best[0]:best[1]]]
 
-    def reuse(self) -> float | None:
-        """The share of the replay's prompt tokens that lie in leading blocks an earlier request of it sent: what a
-        prefix cache that kept every block would hit, counted as an engine counts its hits (a request's blocks up
-        to its first one not seen before); None for a trace without block ids."""
+    def reuse(self, within: Sequence[int] | None = None) -> float | None:
+        """The share of the replay's prompt tokens (of its requests `within`, default all) that lie in leading
+        blocks an earlier request of the replay sent: what a prefix cache that kept every block would hit, counted
+        as an engine counts its hits (a request's blocks up to its first one not seen before); None for a trace
+        without block ids."""
         seen: set[int] = set()
+        counted = set(range(len(self.requests)) if within is None else within)
         total = hits = 0
         b = self.block_tokens
-        for r in self.requests:
-            total += r.input_tokens
+        for i, r in enumerate(self.requests):
+            mine = i in counted
+            total += r.input_tokens if mine else 0
             lead = True
             for j, h in enumerate(r.blocks[:-(-r.input_tokens // b) if b else 0]):
                 lead = lead and h in seen
-                hits += min(b, r.input_tokens - j * b) if lead else 0
+                hits += min(b, r.input_tokens - j * b) if lead and mine else 0
                 seen.add(h)
         return hits / total if total and any(r.blocks for r in self.requests) else None
 
@@ -112,7 +147,8 @@ class Trace:
                                               (self.too_long, "beyond max_model_len"),
                                               (self.outside, "outside the window")) if n]
         text = (f"{Path(self.path).name} ({self.format}): {len(self.requests)} of its {self.rows} requests over "
-                f"{self.span_s:.1f} s, {self.mean_rate():.2f} req/s on average")
+                f"{self.span_s:.1f} s, {self.mean_rate():.2f} req/s on average and {self.peak_rate()} at its busiest "
+                "second")
         if self.time_scale != 1:
             text += f" at {self.time_scale:g}x the trace's speed"
         if self.even:

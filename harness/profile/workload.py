@@ -79,18 +79,33 @@ class PrefixGroups(BaseModel):
 
 
 class Sessions(BaseModel):
-    """`sessions: {turns: T, think_time_s: X}`: each closed-loop slot holds a chat of T turns, one after another;
-    each turn's prompt is the conversation so far (every earlier prompt and answer) and a new user message of the
-    profile's input length, sent X seconds after the last answer ended."""
+    """`sessions: {turns: T, think_time_s: X, rate: R}`: chats of T turns, one after another; each turn's prompt is
+    the conversation so far (every earlier prompt and answer) and a new user message of the profile's input
+    length, sent X seconds after the last answer ended. Without `rate` each closed-loop slot holds one chat at a
+    time (a level's concurrency counts chats in flight); with it, chats start at R per second (one rate or a list,
+    the profile's `arrival` gaps) whatever the server does, and a level is the request rate they offer, R x T."""
 
     model_config = STRICT
     turns: int = Field(ge=2, le=100)
     think_time_s: float = Field(0.0, ge=0, le=600)
+    rate: float | list[float] | None = Field(None, description="chats started per second (open loop)")
+
+    @field_validator("rate")
+    @classmethod
+    def _rates(cls, v: float | list[float] | None) -> list[float] | None:
+        rates = None if v is None else [v] if isinstance(v, int | float) else v
+        if rates is not None and (not rates or any(r <= 0 for r in rates)):
+            raise ValueError("sessions.rate is a positive number of chats started per second, or a list of them")
+        return None if rates is None else sorted({float(r) for r in rates})
+
+    def levels(self) -> list[float]:
+        """The request rates its chat rates offer (R x T), the levels an open loop of chats is measured at."""
+        return [round(r * self.turns, 6) for r in self.rate or []]
 
 
 class TraceReplay(BaseModel):
-    """`trace: {path, format, ...}`: a production trace replayed as one open-loop level, on its own arrival times
-    (harness.profile.traces reads it)."""
+    """`trace: {path, format, ...}`: a production trace replayed on its own arrival times, as one open-loop level
+    or one per segment (harness.profile.traces reads it)."""
 
     model_config = STRICT
     path: str = Field(min_length=1, description="the trace file (read, never downloaded)")
@@ -108,11 +123,22 @@ class TraceReplay(BaseModel):
                                                "to set a layer's cost under them beside its cost without)")
     block_tokens: int | None = Field(None, ge=1, le=4096, description="tokens per hash id block (default: the "
                                      "format's own, 512 for mooncake, 16 for bailian and jsonl)")
+    segments: int = Field(1, ge=1, le=24, description="judge the replay in this many stretches of equal time, "
+                          "each a level of its own (in the trace's order), so a layer's cost in the bursts is judged "
+                          "apart from its cost between them")
+    sessions: bool = Field(False, description="a chat's turn waits for the chat's previous answer: it goes out at "
+                           "its own time, or when that answer ended where that is later (bailian's chat ids, "
+                           "jsonl's `session`)")
 
     @model_validator(mode="after")
     def _blocks_where_carried(self) -> TraceReplay:
         if self.block_tokens is not None and self.format in ("burstgpt", "azure"):
             raise ValueError(f"{self.format} traces carry no hash ids: block_tokens does not apply to them")
+        if self.sessions and self.format not in ("bailian", "jsonl"):
+            raise ValueError(f"{self.format} traces carry no chat ids: sessions applies to bailian and jsonl traces")
+        if self.sessions and self.arrivals == "even":
+            raise ValueError("arrivals: even spaces requests by the clock alone; a chat's turn waiting for its "
+                             "answer (sessions) would undo it: use one or the other")
         return self
 
 

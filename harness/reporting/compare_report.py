@@ -54,11 +54,11 @@ def write_compare_report(s: CompareSummary, engine: EngineSettings | None, run_d
     `render` writes again (and what a cluster's compare writes once its sides are unpacked)."""
     from harness.analysis.lengths import contexts
     from harness.analysis.prefix_cache import hit_rates
-    from harness.analysis.samples import timelines, ttft_samples
+    from harness.analysis.samples import held, timelines, ttft_samples
     from harness.profile.schema import LoadProfile
     from harness.reporting.flames import write_flames
     from harness.reporting.report import Samples, write_report
-    from harness.reporting.workload_report import lengths_table, run_profile, trace_table, turns_table
+    from harness.reporting.workload_report import lengths_table, minutes_table, run_profile, trace_table, turns_table
     from stacks.base import MODEL_DIR, get_stack
 
     loads = s.target == "local" and get_stack(s.stack).loads_model  # a cluster's model files are not here
@@ -71,9 +71,10 @@ def write_compare_report(s: CompareSummary, engine: EngineSettings | None, run_d
     except ValueError:  # a run folder from an older layerbench: its profile had other fields
         profile = None
     shape = profile.shape_text() if profile else "as recorded"
-    hits = {label: next(iter(hit_rates(s.runs.get(label)).values()), None) for label in ("baseline", "stack")}
-    lengths = trace_table(profile, hits) + lengths_table(run_dir, s.measured_repeats, shape) \
-        + turns_table(run_dir, s.measured_repeats)
+    hits = {label: hit_rates(s.runs.get(label)) for label in ("baseline", "stack")}
+    chats = held(run_dir, s.measured_repeats) if profile is not None and profile.trace is not None else None
+    lengths = trace_table(profile, hits, chats) + minutes_table(profile, run_dir, s.measured_repeats) \
+        + lengths_table(run_dir, s.measured_repeats, shape) + turns_table(run_dir, s.measured_repeats)
     varied = profile is not None and (profile.sessions is not None or profile.trace is not None or not (isinstance(
         profile.input_tokens, int) and isinstance(profile.output_tokens, int)))  # part of the decision then
     extra, details = (extra + lengths, details) if varied else (extra, details + lengths)
@@ -81,6 +82,7 @@ def write_compare_report(s: CompareSummary, engine: EngineSettings | None, run_d
         details.append(("Flame graphs (the profiled windows)", "Each side's processes sampled by py-spy in the "
                         "window after the judged ones; a tower per process, width its share of the samples.",
                         ["side", "level", "file", "samples"], flames))
-    lines = timelines(run_dir, s.measured_repeats) if profile is not None and profile.trace is not None else None
+    lines = timelines(run_dir, profile.replay().offsets_ns(), s.measured_repeats) \
+        if profile is not None and profile.trace is not None else None
     return write_report(s, out_dir, bullets, extra, details,
                         Samples(ttft_samples(run_dir, s.measured_repeats), lines))

@@ -32,7 +32,7 @@ from harness.reporting.report_tables import (
 )
 from harness.reporting.routing import routing_lines, routing_tables
 from harness.reporting.run_report import health_items
-from harness.schemas import AuditResult, CompareSummary, level_text
+from harness.schemas import AuditResult, CompareSummary, LevelDelta, level_text
 
 REPORTS_DIR = Path("reports")
 LEAD_CHART = "delta.png"  # the throughput delta per level with its interval, coloured by verdict (plots.py)
@@ -89,6 +89,7 @@ def lead(s: CompareSummary) -> list[str]:
                      f"{fmt(top.baseline_tok_s, '{:,.0f}')} → {fmt(top.stack_tok_s, '{:,.0f}')} output tok/s, "
                      f"goodput {share_pct(top.baseline_goodput)} → {share_pct(top.stack_goodput)}, TTFT p95 "
                      f"{fmt(top.baseline_ttft_p95_ms, '{:,.0f}')} → {fmt(top.stack_ttft_p95_ms, '{:,.0f}')} ms)")
+        lines += replay_lines(s, top)
         if (levels := by_level(s)) is not None:
             lines.append(levels)
         lines += diagnosis_lines(s)
@@ -101,6 +102,18 @@ def lead(s: CompareSummary) -> list[str]:
                      + "; ".join(f"{name} {capacity_text(caps[label], s.runs[label].status)}" for label, name in
                                  (("stack", st), ("baseline", b)) if label in caps))
     return lines
+
+
+def replay_lines(s: CompareSummary, top: LevelDelta) -> list[str]:
+    """A trace's compare: what was replayed, and each side's prefix-cache hits at the headline level."""
+    if not s.replay:
+        return []
+    hits = [hit_rates(s.runs.get(label)).get(top.level) for label in ("baseline", "stack")]
+    b, st = side_names(s)
+    at = f" at {top.level_text} (a segment: the trace table has each one's reuse)" if len(s.levels) > 1 else ""
+    seen = f"; prefix-cache hits{at} {b} {hits[0]:.0%} → {st} {hits[1]:.0%} (the engines' counters)" \
+        if None not in hits else ""
+    return [f"replayed: {s.replay}{seen}"]
 
 
 def context_bullets(s: CompareSummary) -> list[str]:

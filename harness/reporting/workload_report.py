@@ -58,15 +58,35 @@ def turns_table(run_dir: Path, keep: set | None) -> list[Table]:
              ["deployment", "turn", "requests", "TTFT p50 ms", "TTFT p95 ms", "prompt tokens p50"], rows)]
 
 
-def trace_table(profile, hits: dict[str, float | None] | None = None) -> list[Table]:
+def trace_table(profile, hits: dict[str, dict[float, float]] | None = None,
+                held: dict[str, tuple[int, list[float]]] | None = None) -> list[Table]:
     """What a trace profile replayed (both sides the same): its window, rates, reuse and what was left out; hits:
-    each side's prefix-cache hit rate over the replay (the engines' own counters), set beside the trace's reuse."""
+    each side's prefix-cache hit rate by level (the engines' own counters), set beside the trace's reuse;
+    held: each side's requests and the waits of those its chat's previous answer held (trace `sessions`)."""
     if profile is None or profile.trace is None:
         return []
-    t = profile.replay()
+    t, levels = profile.replay(), profile.levels()
     reuse = t.reuse()
-    engines = [[f"prefix-cache hits, {side} (its engines' counters)", "—" if rate is None else f"{rate:.0%}"]
-               for side, rate in (hits or {}).items()]
+
+    def by_level(rates: dict[float, float | None]) -> str:
+        return " / ".join("—" if (x := rates.get(lv)) is None else f"{x:.0%}" for lv in levels)
+
+    engines = [[f"prefix-cache hits, {side} (its engines' counters)", by_level(rates)]
+               for side, rates in (hits or {}).items()]
+    if len(levels) > 1:
+        stretch = t.span_s / len(levels)
+        engines = [["segments (the levels, in the trace's order)", f"{len(levels)} stretches of {stretch:.1f} s: "
+                    + ", ".join(f"{lv:g}" for lv in levels) + " req/s"],
+                   ["prompt tokens in blocks sent before, by segment",
+                    by_level({lv: t.reuse(profile.segment(lv)) for lv in levels})], *engines]
+    if profile.trace.sessions:
+        chats = len({r.chat for r in t.requests if r.chat is not None})
+        engines.append(["chats", f"{chats}: a turn goes out at its own time, or when its chat's previous answer "
+                        "ended if that is later (sessions)"])
+        for side, (n, waits) in (held or {}).items():
+            d = Dist.of(waits)
+            engines.append([f"turns held for the previous answer, {side}", f"{len(waits)} of {n}" + (
+                f", by {fmt(d.p50, '{:.0f}')} ms at p50 and {fmt(d.max, '{:.0f}')} ms at most" if waits else "")])
     rows = [["file", f"{t.path} ({t.format})"], ["requests replayed", f"{len(t.requests)} of {t.rows}"],
             ["span", f"{t.span_s:.1f} s (time_scale {t.time_scale:g})"],
             ["rate", f"{t.mean_rate():.2f} req/s on average, {t.peak_rate():.0f} req/s at its busiest second"],
@@ -78,6 +98,30 @@ def trace_table(profile, hits: dict[str, float | None] | None = None) -> list[Ta
              if t.spread else "sent in its bursts") if t.grid_ms is not None else "as the trace has them"],
             ["skipped", f"{t.failed} failed in the trace, {t.too_long} beyond max_model_len, {t.outside} outside the "
              f"window; {t.cut} answers cut to fit max_model_len"]]
-    return [("The trace replayed", "Both sides sent the same requests at the same offsets from the replay's start, "
-             "each prompt built from the trace's block ids (a block's text the same wherever its id recurs, fresh "
-             "for each run) and each latency counted from its scheduled send.", ["", ""], rows)]
+    return [("The trace replayed", "Both sides sent the same requests at the same offsets from the replay's start "
+             "(a segment's from its own first request; with sessions, a turn no earlier than its chat's previous "
+             "answer), each prompt built from the trace's block ids (a block's text the same wherever its id "
+             "recurs, fresh for each run) and each latency counted from when it was due to go out.", ["", ""], rows)]
+
+
+def minutes_table(profile, run_dir: Path, keep: set | None) -> list[Table]:
+    """A replay's TTFT and E2E minute by minute, per side: where in the trace a layer's cost grows."""
+    from harness.analysis.samples import by_minute
+
+    if profile is None or profile.trace is None:
+        return []
+    got = by_minute(run_dir, profile.replay().offsets_ns(), keep)
+    minutes = sorted({m for per in got.values() for m in per})
+    rows = []
+    for m in minutes:
+        for label, per in got.items():
+            if m in per:
+                ttft, e2e = Dist.of(per[m][0]), Dist.of(per[m][1])
+                rows.append([f"{m}–{m + 1}", label, str(ttft.n), *(fmt(x, "{:.0f}") for x in (
+                    ttft.p50, ttft.p95, e2e.p50, e2e.p95))])
+    if len(minutes) < 2:
+        return []
+    return [("The replay minute by minute", "TTFT and E2E of each minute of the replay (a request's minute is the "
+             "trace's, counted from its first request; latency from each request's scheduled send; every pair's "
+             "windows pooled), so a cost that grows in the trace's busy stretches shows where it grows.",
+             ["minute", "deployment", "requests", "TTFT p50 ms", "TTFT p95 ms", "E2E p50 ms", "E2E p95 ms"], rows)]

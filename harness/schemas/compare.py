@@ -57,6 +57,7 @@ class CompareSummary(BaseModel):
     baseline_stack: str
     in_request_path: bool
     shape: str | None = None  # which form of the stack, where it has several (KServe: "raw mode")
+    replay: str | None = None  # a trace profile's replay as the first screen names it (Trace.describe())
     published: PublishedResult | None = None  # what a study measured for this shape (the report compares)
     profile: str
     repeats: int  # measured sweeps per deployment

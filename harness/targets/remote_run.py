@@ -43,7 +43,8 @@ def skeleton(stack: Stack, profile: LoadProfile, run_id: str, repeats: int | Non
         published=stack.published() if study else None, profile=profile.name,
         repeats=repeats or profile.repeats, versions={}, version_match=False, applied={}, settings_match=False,
         settings_mismatches=[], options=dict(stack.settings.options), scrape_policy=profile.scrape, slo=profile.slo,
-        model=served, target=target, cluster=cluster)
+        model=served, target=target, cluster=cluster,
+        replay=profile.replay().describe() if profile.trace is not None else None)
 
 
 def write_plan_file(run_dir: Path, summary: CompareSummary, profile: LoadProfile, note: str | None,

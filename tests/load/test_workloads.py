@@ -211,7 +211,7 @@ def test_chat_sessions_grow_their_context_turn_by_turn(tmp_path, write_profile):
 
 
 def test_sessions_are_refused_where_they_cannot_run(write_profile, tmp_path, capsys):
-    for fields, message in (({"rates": [2.0], "sessions": {"turns": 2}}, "sessions take a closed-loop profile"),
+    for fields, message in (({"rates": [2.0], "sessions": {"turns": 2}}, "set `sessions.rate`"),
                             ({"input_tokens": 600, "output_tokens": 100, "sessions": {"turns": 4}},
                              "up to 4 turns of 600 + 100 tokens is beyond engine.max_model_len 2048")):
         profile = write_profile(**fields)

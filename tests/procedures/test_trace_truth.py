@@ -78,5 +78,37 @@ def test_a_20_ms_proxy_under_a_trace_is_recovered_profiled_and_reported(tmp_path
     assert re.search(r"\| prefix-cache hits, stack \(its engines' counters\) \| 7\d% \|", md), md
     assert (report / "arrivals.png").stat().st_size > 0 and "arrivals.png" in md
     assert "## Request lengths, sent and confirmed (the mooncake trace burst-prefix.jsonl at 6x)" in md
+    assert "replayed: burst-prefix.jsonl (mooncake): 153 of its 153 requests over 9.8 s" in md  # the first screen
     assert sorted(p.name for p in report.glob("flame-*.svg")) == ["flame-baseline-15.55reqs.svg",
                                                                   "flame-stack-15.55reqs.svg"]
+
+
+def test_a_segmented_replay_judges_each_segment_as_a_level_on_the_traces_offsets(tmp_path, write_profile):
+    """Two segments, 40 requests at 6.7 req/s then 20 at 3.4: each a level, sent on the trace's own offsets from
+    its first request, the 20 ms proxy recovered in each, the report listing them in the trace's order."""
+    rows = [i * 100 for i in range(30)] + [3000 + i * 300 for i in range(30)]
+    path = tmp_path / "two.jsonl"
+    path.write_text("".join(json.dumps({"t_ms": t, "input_tokens": 40, "output_tokens": 4}) + "\n" for t in rows))
+    profile = write_profile("seg", trace={"path": str(path), "format": "jsonl", "segments": 2}, warmup_waves=0,
+                            warmup_sweep=False, client_procs=1, pairs=1)
+    assert main(["compare", "--stack", "sim-proxy", "--profile", str(profile), "--results-dir", str(tmp_path / "res"),
+                 "--reports-dir", str(tmp_path / "rep"), *ENGINE, "--opt", "request_delay_ms=20"]) == 0
+    report = next((tmp_path / "rep").iterdir())
+    recs = [d for d in map(json.loads, (tmp_path / "res" / report.name / "requests.jsonl").read_text().splitlines())
+            if d["phase"] == "measure"]
+    p = load_profile(str(profile))
+    offsets, levels = p.replay().offsets_ns(), p.levels()
+    assert len(levels) == 2 and levels[0] > levels[1] and [len(p.segment(x)) for x in levels] == [40, 20]
+    for side in ("baseline", "stack"):
+        for level in levels:
+            got = sorted((d for d in recs if d["label"] == side and d["level"] == level), key=lambda d: d["index"])
+            part = p.segment(level)
+            assert [d["index"] for d in got] == part and all(d["ok"] for d in got)
+            assert [d["t_due_ns"] - got[0]["t_due_ns"] for d in got] == [offsets[i] - offsets[part[0]] for i in part]
+    for level in levels:  # the proxy's 20 ms in each segment's median TTFT
+        med = {side: np.median([d["ttft_ms"] for d in recs if d["label"] == side and d["level"] == level])
+               for side in ("baseline", "stack")}
+        assert abs(med["stack"] - med["baseline"] - 20) < 5, (level, med)
+    md = (report / "report.md").read_text()
+    assert f"| segments (the levels, in the trace's order) | 2 stretches of 5.8 s: {levels[0]:g}, {levels[1]:g} " \
+        "req/s |" in md, md
