@@ -83,11 +83,12 @@ def timelines(run_dir: Path, offsets: Sequence[int], keep: set[tuple[str, float,
     return out
 
 
-def by_minute(run_dir: Path, offsets: Sequence[int], keep: set[tuple[str, float, int]] | None = None
-              ) -> dict[str, dict[int, tuple[list[float], list[float]]]]:
-    """label -> minute of a replay -> (TTFT ms, E2E ms) of its measured successful requests, by the minute of the
-    trace each request is in (`offsets`: the trace's requests' offsets, ns; a segment's requests keep theirs), every
-    window of the side pooled. Open-loop records only: latency from the scheduled send."""
+def by_stretch(run_dir: Path, offsets: Sequence[int], stretch_ns: int, keep: set[tuple[str, float, int]] | None = None
+               ) -> dict[str, dict[int, tuple[list[float], list[float]]]]:
+    """label -> stretch k of a replay (its requests at stretch_ns x k .. x (k + 1) of the trace) -> (TTFT ms, E2E ms)
+    of its measured successful requests, by the trace's time each request is at (`offsets`: the trace's requests'
+    offsets, ns; a segment's requests keep theirs), every window of the side pooled. Open-loop records only: latency
+    from the scheduled send."""
     out: dict[str, dict[int, tuple[list[float], list[float]]]] = {}
     for (label, _, _), recs in measured(run_dir, keep).items():
         if not recs or not recs[0].t_task_ns:
@@ -96,8 +97,8 @@ def by_minute(run_dir: Path, offsets: Sequence[int], keep: set[tuple[str, float,
             timed = from_schedule(r)
             if timed.ttft_ms is None or timed.e2e_ms is None:
                 continue
-            minute = offsets[r.index % len(offsets)] // 60_000_000_000
-            got = out.setdefault(label, {}).setdefault(int(minute), ([], []))
+            k = offsets[r.index % len(offsets)] // stretch_ns
+            got = out.setdefault(label, {}).setdefault(int(k), ([], []))
             got[0].append(float(timed.ttft_ms))
             got[1].append(float(timed.e2e_ms))
     return out

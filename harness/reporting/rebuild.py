@@ -3,8 +3,8 @@ requests.jsonl, run.json), without deploying anything: `layerbench render RUN_ID
 report more, and how the committed example reports are kept current.
 
 Figures an older layerbench did not keep are recomputed from the stored raw data where it holds them: the
-engine's own TTFT/E2E per window from the scrapes (its histograms' _sum/_count), the SLO from the profile the
-run recorded. Figures the run stored are kept as they are."""
+engine's own TTFT/E2E per window from the scrapes (its histograms' _sum/_count), the SLO and a trace's description
+from the profile the run recorded. Figures the run stored are kept as they are."""
 
 from __future__ import annotations
 
@@ -36,6 +36,8 @@ def fill_from_stored(s: CompareSummary, run_dir: Path) -> None:
     side ended, the engine's own TTFT/E2E per window (the scrapes are read only when some window lacks them)."""
     if s.slo is None:
         s.slo = _recorded_slo(run_dir)
+    if s.replay is None and (profile := recorded_profile(run_dir)) is not None and profile.trace is not None:
+        s.replay = profile.replay().describe()  # a trace's compare from before its first screen named the trace
     for label, run in s.runs.items():
         if run.status == "running" and s.status != "running":
             run.status = "failed" if label in s.failures else s.status
@@ -47,7 +49,7 @@ def recorded_profile(run_dir: Path) -> LoadProfile | None:
     """The profile the run recorded in run.json; None when it is missing or this layerbench cannot read it."""
     try:
         return LoadProfile.model_validate(json.loads((run_dir / "run.json").read_text())["profile"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, LayerbenchError):  # LayerbenchError: its trace is gone
         return None
 
 

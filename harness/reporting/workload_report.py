@@ -105,23 +105,30 @@ def trace_table(profile, hits: dict[str, dict[float, float]] | None = None,
 
 
 def minutes_table(profile, run_dir: Path, keep: set | None) -> list[Table]:
-    """A replay's TTFT and E2E minute by minute, per side: where in the trace a layer's cost grows."""
-    from harness.analysis.samples import by_minute
+    """A replay's TTFT and E2E stretch by stretch, per side: where in the trace a layer's cost grows. A minute a
+    stretch, or 10 s for a replay shorter than 2 minutes (a one-minute table says no more than the latency table)."""
+    from harness.analysis.samples import by_stretch
 
     if profile is None or profile.trace is None:
         return []
-    got = by_minute(run_dir, profile.replay().offsets_ns(), keep)
-    minutes = sorted({m for per in got.values() for m in per})
+    trace = profile.replay()
+    step = 60 if trace.span_s >= 120 else 10
+    got = by_stretch(run_dir, trace.offsets_ns(), step * 1_000_000_000, keep)
+    stretches = sorted({k for per in got.values() for k in per})
     rows = []
-    for m in minutes:
+    for k in stretches:
         for label, per in got.items():
-            if m in per:
-                ttft, e2e = Dist.of(per[m][0]), Dist.of(per[m][1])
-                rows.append([f"{m}–{m + 1}", label, str(ttft.n), *(fmt(x, "{:.0f}") for x in (
+            if k in per:
+                ttft, e2e = Dist.of(per[k][0]), Dist.of(per[k][1])
+                name = f"{k}–{k + 1}" if step == 60 else f"{step * k}–{step * (k + 1)} s"
+                rows.append([name, label, str(ttft.n), *(fmt(x, "{:.0f}") for x in (
                     ttft.p50, ttft.p95, e2e.p50, e2e.p95))])
-    if len(minutes) < 2:
+    if len(stretches) < 2:
         return []
-    return [("The replay minute by minute", "TTFT and E2E of each minute of the replay (a request's minute is the "
-             "trace's, counted from its first request; latency from each request's scheduled send; every pair's "
-             "windows pooled), so a cost that grows in the trace's busy stretches shows where it grows.",
-             ["minute", "deployment", "requests", "TTFT p50 ms", "TTFT p95 ms", "E2E p50 ms", "E2E p95 ms"], rows)]
+    title = "The replay minute by minute" if step == 60 else f"The replay {step} s by {step} s"
+    return [(title, f"TTFT and E2E of each {'minute' if step == 60 else f'{step} s'} of the replay (a request's "
+             "place is its time in the trace, counted from its first request; latency from each request's "
+             "scheduled send; every pair's windows pooled), so a cost that grows in the trace's busy stretches "
+             "shows where it grows.",
+             ["minute" if step == 60 else "seconds", "deployment", "requests", "TTFT p50 ms", "TTFT p95 ms",
+              "E2E p50 ms", "E2E p95 ms"], rows)]

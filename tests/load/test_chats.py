@@ -134,3 +134,14 @@ def test_the_replay_tables_show_segments_held_turns_and_each_minute(tmp_path, wr
     assert head[0] == "minute" and [r[:3] for r in mrows] == [["0–1", "stack", "3"], ["1–2", "stack", "2"],
                                                               ["2–3", "stack", "1"]]
     assert mrows[0][3] == "11" and mrows[2][6] == "50"  # TTFT p50 of 10, 11, 12 ms; E2E 49 + 1 ms late
+    # a replay under 2 minutes (17.8 s) by 10 s stretches
+    short = tmp_path / "short"
+    short.mkdir()
+    with (short / "requests.jsonl").open("w") as f:
+        for i in (0, 5, 100):  # at 0, 0.5 and 14 s
+            rec = RequestRecord(level=2.0, index=i, ok=True, t_due_ns=1, t_task_ns=1, t_start_ns=1, t_end_ns=2,
+                                ttft_ms=5.0, e2e_ms=9.0)  # type: ignore[arg-type]
+            f.write(json.dumps({**rec.to_json(), "label": "baseline"}) + "\n")
+    (title, _, head, srows), = minutes_table(p, short, None)
+    assert title == "The replay 10 s by 10 s" and head[0] == "seconds"
+    assert [r[:3] for r in srows] == [["0–10 s", "baseline", "2"], ["10–20 s", "baseline", "1"]]

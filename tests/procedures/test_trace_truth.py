@@ -79,6 +79,11 @@ def test_a_20_ms_proxy_under_a_trace_is_recovered_profiled_and_reported(tmp_path
     assert (report / "arrivals.png").stat().st_size > 0 and "arrivals.png" in md
     assert "## Request lengths, sent and confirmed (the mooncake trace burst-prefix.jsonl at 6x)" in md
     assert "replayed: burst-prefix.jsonl (mooncake): 153 of its 153 requests over 9.8 s" in md  # the first screen
+    stored = json.loads((run / "compare.json").read_text())
+    del stored["replay"]  # as a compare from before the first screen named its trace stored it
+    (run / "compare.json").write_text(json.dumps(stored))
+    assert main(["render", report.name, "--results-dir", str(run.parent), "--out-dir", str(tmp_path / "again")]) == 0
+    assert "replayed: burst-prefix.jsonl (mooncake)" in (tmp_path / "again" / "report.md").read_text()
     assert sorted(p.name for p in report.glob("flame-*.svg")) == ["flame-baseline-15.55reqs.svg",
                                                                   "flame-stack-15.55reqs.svg"]
 
