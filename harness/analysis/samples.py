@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.analysis.stats import from_schedule
+from harness.analysis.stats import from_schedule, schedule_check
 from harness.load.client import RequestRecord
 
 
@@ -104,11 +105,29 @@ def by_stretch(run_dir: Path, offsets: Sequence[int], stretch_ns: int, keep: set
     return out
 
 
-def held(run_dir: Path, keep: set[tuple[str, float, int]] | None = None) -> dict[str, tuple[int, list[float]]]:
-    """label -> (measured successful requests, how long each one held for its chat's previous answer waited, ms):
-    a trace replayed with `sessions`."""
-    out: dict[str, tuple[int, list[float]]] = {}
-    for (label, _, _), recs in measured(run_dir, keep).items():
-        n, waits = out.get(label, (0, []))
-        out[label] = (n + len(recs), waits + [r.held_ms for r in recs if r.held_ms > 0])
+@dataclass
+class SideReplay:
+    """What one side's measured requests of a replay say of its sending: how many, how long a trace's chats held
+    some of them (ms), how late the client sent them against their due times (ms, every request), and each window's
+    (scheduled, achieved) rate, req/s."""
+
+    requests: int = 0
+    held: list[float] = field(default_factory=list)
+    late: list[float] = field(default_factory=list)
+    rates: list[tuple[float, float]] = field(default_factory=list)
+
+
+def replay_sides(run_dir: Path, keep: set[tuple[str, float, int]] | None = None) -> dict[str, SideReplay]:
+    """label -> its SideReplay over every measured window. Open-loop records only."""
+    out: dict[str, SideReplay] = {}
+    for (label, level, _), recs in measured(run_dir, keep).items():
+        if not recs or not recs[0].t_task_ns:
+            continue
+        side = out.setdefault(label, SideReplay())
+        side.requests += len(recs)
+        side.held += [r.held_ms for r in recs if r.held_ms > 0]
+        side.late += [r.dispatch_delay_ms for r in recs]
+        scheduled, achieved, _ = schedule_check(recs, level)
+        if scheduled is not None and achieved is not None:
+            side.rates.append((scheduled, achieved))
     return out

@@ -54,7 +54,7 @@ def write_compare_report(s: CompareSummary, engine: EngineSettings | None, run_d
     `render` writes again (and what a cluster's compare writes once its sides are unpacked)."""
     from harness.analysis.lengths import contexts
     from harness.analysis.prefix_cache import hit_rates
-    from harness.analysis.samples import held, timelines, ttft_samples
+    from harness.analysis.samples import replay_sides, timelines, ttft_samples
     from harness.profile.schema import LoadProfile
     from harness.reporting.flames import write_flames
     from harness.reporting.report import Samples, write_report
@@ -72,8 +72,8 @@ def write_compare_report(s: CompareSummary, engine: EngineSettings | None, run_d
         profile = None
     shape = profile.shape_text() if profile else "as recorded"
     hits = {label: hit_rates(s.runs.get(label)) for label in ("baseline", "stack")}
-    chats = held(run_dir, s.measured_repeats) if profile is not None and profile.trace is not None else None
-    lengths = trace_table(profile, hits, chats) + minutes_table(profile, run_dir, s.measured_repeats) \
+    sides = replay_sides(run_dir, s.measured_repeats) if profile is not None and profile.trace is not None else None
+    lengths = trace_table(profile, hits, sides) + minutes_table(profile, run_dir, s.measured_repeats) \
         + lengths_table(run_dir, s.measured_repeats, shape) + turns_table(run_dir, s.measured_repeats)
     varied = profile is not None and (profile.sessions is not None or profile.trace is not None or not (isinstance(
         profile.input_tokens, int) and isinstance(profile.output_tokens, int)))  # part of the decision then

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from harness.analysis.lengths import by_turn, sent_and_confirmed
+from harness.analysis.samples import SideReplay
 from harness.reporting.document import Table
 from harness.reporting.format import fmt
 from harness.schemas import Dist
@@ -59,10 +60,10 @@ def turns_table(run_dir: Path, keep: set | None) -> list[Table]:
 
 
 def trace_table(profile, hits: dict[str, dict[float, float]] | None = None,
-                held: dict[str, tuple[int, list[float]]] | None = None) -> list[Table]:
+                sides: dict[str, SideReplay] | None = None) -> list[Table]:
     """What a trace profile replayed (both sides the same): its window, rates, reuse and what was left out; hits:
-    each side's prefix-cache hit rate by level (the engines' own counters), set beside the trace's reuse;
-    held: each side's requests and the waits of those its chat's previous answer held (trace `sessions`)."""
+    each side's prefix-cache hit rate by level (the engines' own counters), set beside the trace's reuse; sides:
+    how each side's client kept to the schedule, and the waits of the turns a chat held (trace `sessions`)."""
     if profile is None or profile.trace is None:
         return []
     t, levels = profile.replay(), profile.levels()
@@ -83,10 +84,18 @@ def trace_table(profile, hits: dict[str, dict[float, float]] | None = None,
         chats = len({r.chat for r in t.requests if r.chat is not None})
         engines.append(["chats", f"{chats}: a turn goes out at its own time, or when its chat's previous answer "
                         "ended if that is later (sessions)"])
-        for side, (n, waits) in (held or {}).items():
-            d = Dist.of(waits)
-            engines.append([f"turns held for the previous answer, {side}", f"{len(waits)} of {n}" + (
-                f", by {fmt(d.p50, '{:.0f}')} ms at p50 and {fmt(d.max, '{:.0f}')} ms at most" if waits else "")])
+        for side, got in (sides or {}).items():
+            d = Dist.of(got.held)
+            engines.append([f"turns held for the previous answer, {side}", f"{len(got.held)} of {got.requests}" + (
+                f", by {fmt(d.p50, '{:.0f}')} ms at p50 and {fmt(d.max, '{:.0f}')} ms at most" if got.held else "")])
+    for side, got in (sides or {}).items():
+        if got.rates and got.late:
+            late = Dist.of(got.late)
+            scheduled, achieved = (sum(x) / len(got.rates) for x in zip(*got.rates, strict=True))
+            engines.append([f"sent on schedule, {side}", f"{achieved:.3f} req/s sent against {scheduled:.3f} "
+                            f"scheduled (mean of {len(got.rates)} windows); the client late by "
+                            f"{fmt(late.p50, '{:.2f}')} / {fmt(late.p99, '{:.2f}')} / {fmt(late.max, '{:.2f}')} ms "
+                            "(p50 / p99 / max, its scheduling delay)"])
     rows = [["file", f"{t.path} ({t.format})"], ["requests replayed", f"{len(t.requests)} of {t.rows}"],
             ["span", f"{t.span_s:.1f} s (time_scale {t.time_scale:g})"],
             ["rate", f"{t.mean_rate():.2f} req/s on average, {t.peak_rate():.0f} req/s at its busiest second"],

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.analysis.samples import SideReplay
 from harness.errors import LayerbenchError
 from harness.load.client import RequestRecord
 from harness.load.openloop import RatePlan, schedule
@@ -114,10 +115,14 @@ def test_the_replay_tables_show_segments_held_turns_and_each_minute(tmp_path, wr
     assert got["prefix-cache hits, baseline (its engines' counters)"] == "50% / — / —"
     one_chat = _jsonl(tmp_path, [(i * 100, "x") for i in range(30)], "x")
     chats = load_profile(str(write_profile("c", trace={"path": one_chat, "format": "jsonl", "sessions": True})))
-    (_, _, _, trows), = trace_table(chats, {}, {"stack": (30, [12.0, 40.0, 8.0])})
+    side = SideReplay(30, [12.0, 40.0, 8.0], [0.1] * 29 + [3.0], [(2.5, 2.49), (2.5, 2.47)])
+    (_, _, _, trows), = trace_table(chats, {}, {"stack": side})
     got = {r[0]: r[1] for r in trows}
     assert got["chats"].startswith("1: a turn goes out at its own time")
     assert got["turns held for the previous answer, stack"] == "3 of 30, by 12 ms at p50 and 40 ms at most"
+    assert got["sent on schedule, stack"].startswith("2.480 req/s sent against 2.500 scheduled (mean of 2 windows); "
+                                                     "the client late by 0.10 / ")
+    assert got["sent on schedule, stack"].endswith(" / 3.00 ms (p50 / p99 / max, its scheduling delay)")
     # a replay of 150 s: each request in the minute of the trace it is in (its offset, not when it went out),
     # TTFT and E2E counted from its scheduled send
     minutes = _jsonl(tmp_path, [(i * 2500, None) for i in range(61)], "long")
