@@ -272,8 +272,11 @@ def test_dataset_and_shared_prefix_workloads_on_real_vllm(tmp_path, write_profil
     assert rate["shared"] > 0.4 and rate["unique"] < 0.05, rate  # 128 of 200 tokens shared, in 16-token blocks
     assert {r["output_tokens"] for r in recs} <= set(range(4, 14)) and len({r["output_tokens"] for r in recs}) >= 4
     assert all(r["output_tokens"] == r["output_asked"] for r in recs)
-    # the endpoint stack knows no tokenizer: lengths are sized at ~4 characters a token, and usage says the truth
-    assert all(abs(r["prompt_tokens"] - r["input_asked"]) <= 0.2 * r["input_asked"] for r in recs)
+    # the endpoint stack knows no tokenizer: lengths are sized at ~4 characters a token, and usage says the truth,
+    # within 20% beyond each request's unique head: its 16 hex characters are counted as 4 tokens, and the tiny
+    # model's tokenizer cuts them into 8 to 15 (11 on average, over 2,000 digests here), so a 40-token prompt whose
+    # head took 13 or more read >20% long (seen once in a fresh clone's make test)
+    assert all(abs(r["prompt_tokens"] - r["input_asked"]) <= 0.2 * r["input_asked"] + 11 for r in recs)
 
 
 def test_a_compare_serves_a_hub_model_by_repo_id_and_revision_on_both_sides(aa_hub_compare):
