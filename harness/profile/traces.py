@@ -64,7 +64,7 @@ class Trace:
     def segments(self, n: int) -> list[tuple[float, list[int]]]:
         """The replay cut into n stretches of equal time: each one's rate (its requests over its length, with the
         one mean gap mean_rate adds) and its requests (positions in arrival order)."""
-        span_ms = self.requests[-1].t_ms if self.requests else 0.0
+        span_ms = self.span_s * 1e3
         parts: list[list[int]] = [[] for _ in range(n)]
         for i, r in enumerate(self.requests):
             parts[min(n - 1, int(r.t_ms * n / span_ms)) if span_ms > 0 else 0].append(i)

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from harness.analysis.lengths import by_turn, sent_and_confirmed
-from harness.analysis.samples import SideReplay
+from harness.analysis.samples import SideReplay, by_stretch
 from harness.reporting.document import Table
 from harness.reporting.format import fmt
 from harness.schemas import Dist
@@ -116,8 +116,6 @@ def trace_table(profile, hits: dict[str, dict[float, float]] | None = None,
 def minutes_table(profile, run_dir: Path, keep: set | None) -> list[Table]:
     """A replay's TTFT and E2E stretch by stretch, per side: where in the trace a layer's cost grows. A minute a
     stretch, or 10 s for a replay shorter than 2 minutes (a one-minute table says no more than the latency table)."""
-    from harness.analysis.samples import by_stretch
-
     if profile is None or profile.trace is None:
         return []
     trace = profile.replay()
