@@ -48,6 +48,15 @@ def positive_int(s: str) -> int:
     return n
 
 
+def pairs(s: str) -> int:
+    """PAIRS=: exactly this many deployment pairs, at least 1."""
+    n = _integer(s, "PAIRS")
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"PAIRS must be at least 1 (PAIRS=1: one pair, no verdict possible; leave it "
+                                         f"out for the sequential design), got {s}")
+    return n
+
+
 def client_procs(s: str) -> int | str:
     """`auto`, or a number of load client processes from 1 to CLIENT_PROCS_MAX."""
     from harness.profile.schema import CLIENT_PROCS_MAX
@@ -209,9 +218,10 @@ def budget(s: str) -> float:
 
 
 def max_pairs(s: str) -> int:
-    """The most deployment pairs a sequential compare may deploy: at least 2 (one pair gives no interval)."""
+    """The most deployment pairs a sequential compare may deploy: 2 to 64 (one pair gives no interval; 1 is taken
+    here so that the command can say why it contradicts the minimum design, and with PAIRS=1 means one pair)."""
     n = _integer(s, "max_pairs")
-    if not 2 <= n <= 64:
+    if not 1 <= n <= 64:
         raise argparse.ArgumentTypeError(f"max_pairs must be from 2 to 64 (a verdict's interval needs 2 pairs), "
                                          f"got {s}")
     return n

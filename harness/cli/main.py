@@ -95,7 +95,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
                                   "placed by its scheduler); use deployments: sequential")
         if why := cannot_interleave(stack, profile):
             raise LayerbenchError(why)
-    pairs_plan = plan_pairs(profile, args, results)
+    if getattr(args, "max_pairs", None) == 1 and args.pairs != 1:
+        raise LayerbenchError("MAX_PAIRS=1 contradicts the minimum design: a verdict's interval needs 2 pairs, and a "
+                              "sequential compare runs them whatever the budget. PAIRS=1 runs one pair, without a "
+                              "verdict")
+    from harness.cli.inputs import cpu_profiling
+
+    profiling, not_profiled = cpu_profiling(args.cpu_profile, profile.deployments) \
+        if args.target == "local" and not args.dry_run else (False, None)
+    pairs_plan = plan_pairs(profile, args, results, profiling or bool(args.dry_run and args.cpu_profile is not False))
+    if profile.stopping == "fixed" and profile.pairs == 1 and profile.deployments == "sequential":
+        console.print("plan: PAIRS=1: one pair, no verdict possible (an interval of the pair effect needs 2 pairs, "
+                      "one in each order); the deltas are reported without one", markup=False, highlight=False)
     if args.target != "local" and args.cpu_profile:  # asked for, it is refused rather than quietly not done
         raise LayerbenchError(f"--cpu-profile: the {args.target} target has no profiled windows yet; they run on "
                               "the local target (`make compare` without TARGET=)")
@@ -106,9 +117,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from harness.reporting.terminal import compare_summary
 
     allow_mismatch = plan.allow_version_mismatch if plan else args.allow_version_mismatch
-    from harness.cli.inputs import cpu_profiling
-
-    profiling, not_profiled = cpu_profiling(args.cpu_profile, profile.deployments)
     run = open_run(p, "compare", Output.to(console), {
         "repeats": repeats, "profile": profile.model_dump(), "options": dict(stack.settings.options),
         "allow_version_mismatch": allow_mismatch, **({"invocations": plan.history} if plan else {})},
@@ -206,16 +214,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def plan_pairs(profile, args: argparse.Namespace, results: Path):
-    """A local sequential compare's plan (harness.measure.planning), printed; refused, before anything is deployed, when
-    the budget cannot hold two pairs or (unless --anyway) cannot reach the target. None: a fixed design."""
+def plan_pairs(profile, args: argparse.Namespace, results: Path, profiling: bool = True):
+    """A local sequential compare's plan (harness.measure.planning), printed; refused, before anything is deployed,
+    unless --anyway, when the budget cannot hold one warm pair or cannot reach the target. None: a fixed design."""
     if profile.stopping != "sequential" or profile.deployments != "sequential" or args.target != "local":
         return None
     from harness.measure.planning import check_plan, make_plan
     from harness.procedures.compare import latest_aa
 
     aa = latest_aa(results, profile.name, deployments=profile.deployments)
-    pairs_plan = make_plan(profile, args.stack, results, aa)
+    pairs_plan = make_plan(profile, args.stack, results, aa, profiling)
     for line in pairs_plan.lines():
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     check_plan(pairs_plan, args.anyway)
@@ -240,7 +248,7 @@ def _add_compare(sub, profile_help: str, results_help: str) -> None:
     c.add_argument("--profile", help=profile_help)
     c.add_argument("--repeats", type=inputs.positive_int,
                    help="measured sweeps per deployment (default: the profile's, usually 1)")
-    c.add_argument("--pairs", type=inputs.positive_int, help="exactly this many deployment pairs, baseline and "
+    c.add_argument("--pairs", type=inputs.pairs, help="exactly this many deployment pairs, baseline and "
                    "stack, in counterbalanced order, with no early stop (PAIRS=; default: the profile's stopping)")
     c.add_argument("--mde", type=inputs.mde, metavar="PCT", help="the throughput effect to detect at every level "
                    "(MDE=3%%; default: the profile's target_mde): the plan sizes the compare for it")

@@ -33,11 +33,13 @@ def profile_levels(sweep: SweepRun) -> None:
         return
     profiler = Profiler(sweep.writer.dir / PROFILES_DIR, binary)
     s.profile_note = profiler.describe()
+    t0 = time.monotonic()
     for c in sweep.levels:
         sweep.where = f"{level_text(c, sweep.profile.open_loop)}, profiled (not judged)"
         sweep.writer.write_meta(phase=f"{s.label}: {sweep.where}")
         s.profiled.append(_profiled(sweep, profiler, c))
         sweep.save()
+    s.profiled_s += time.monotonic() - t0  # what the diagnosis cost this side (a sequential compare's budget)
 
 
 def _profiled(sweep: SweepRun, profiler: Profiler, c: float) -> ProfiledLevel:

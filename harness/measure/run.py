@@ -28,6 +28,9 @@ if TYPE_CHECKING:  # resume reads the sweep's file names, and the sweep takes a 
     from harness.measure.resume import ResumePlan
 
 
+Profiling = bool | Callable[[RunSummary], bool]
+
+
 @dataclass(frozen=True)
 class Output:
     """How measurement tells progress: `say` one line (rich markup allowed), `bars()` the live bars of a sweep's
@@ -84,7 +87,8 @@ class Side:
     prior: RunSummary | None = None
     pair: int | None = None
     calibrate: bool = False
-    profile: bool = False  # see Windows
+    profile: Profiling = False  # see Windows
+    profile_only: bool = False  # no judged window: the warm-up sweep and the profiled windows (a pass of its own)
 
 
 @dataclass(frozen=True)
@@ -98,4 +102,9 @@ class Windows:
     first_repeat: int = 0
     pair: int = 0
     calibrate: bool = False
-    profile: bool = False  # after the judged windows, each level once more with every process sampled
+    # after the judged windows, each level once more with every process sampled; a callable is asked then, with
+    # the side's summary (a sequential compare's look is taken there, before the deployment is torn down)
+    profile: Profiling = False
+
+    def profiled(self, summary: RunSummary) -> bool:
+        return self.profile(summary) if callable(self.profile) else self.profile

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -60,8 +61,10 @@ def make_ready(stack: Stack, run: Run, side: Side) -> Ready:
     """Deploy, wait, verify the engine against `side.prior`, record the deployment in run.json."""
     profile, writer, say, label, prior, pair = run.profile, run.writer, run.out.say, side.label, side.prior, side.pair
     writer.write_meta(phase=f"{label}: deploying {stack.kind}")
+    t0 = time.monotonic()
     stack.deploy()
     waited = stack.wait_ready(stack.settings.startup_timeout_s)
+    ready_s = time.monotonic() - t0  # deploy() included: Ray's cluster starts there
     ready_at = datetime.now()  # naive local time, as vLLM's log timestamps are
     start = stack.describe().get("engine_start")  # every local vLLM starts cold (stacks.base.engine_env.cold_cache)
     say(f"[green]{label}: {stack.kind} ready[/] in {waited:.1f}s" + (f" ({start})" if start else "")
@@ -92,18 +95,25 @@ def make_ready(stack: Stack, run: Run, side: Side) -> Ready:
         summary.scrapes, summary.scrape_gaps = prior.scrapes, prior.scrape_gaps
         summary.scrape_gap_reasons = dict(prior.scrape_gap_reasons)
         summary.calibration = prior.calibration
+        summary.profiled, summary.profile_note = list(prior.profiled), prior.profile_note
+        summary.profiled_s = prior.profiled_s
         skip = frozenset((lv.stats.repeat, lv.stats.level) for lv in prior.levels if lv.incomplete is None)
-    key = label if pair is None else f"{label} pair {pair + 1}"  # None: the only pair
+    first = (pair or 0) * n_repeats
+    if side.profile_only:  # every window of this deployment's numbering is skipped: only the profiled ones run
+        skip = frozenset((rep, c) for rep in range(first, first + n_repeats) for c in profile.levels())
+    key = (f"{label} profiled pass" if side.profile_only else
+           label if pair is None else f"{label} pair {pair + 1}")  # None: the only pair
     logs = stack.log_locations()
     phases = engine_log_phases(logs, waited, ready_at)  # where the start went, from vLLM's own log lines
     deployments = {**writer.meta.get("deployments", {}), key: {
         **stack.describe(), "engine_version": summary.engine_version, "applied": summary.applied.model_dump(),
         "gpus": list(stack.settings.devices),
-        "startup_s": round(waited, 1), "pids": sorted(p.pid for ps in stack.processes().values() for p in ps),
+        "startup_s": round(waited, 1), "ready_s": round(ready_s, 1),
+        "pids": sorted(p.pid for ps in stack.processes().values() for p in ps),
         "logs": {k: str(v) for k, v in logs.items()}, **({"start_phases": phases} if phases else {})}}
     model = stack.settings.model
     writer.write_meta(deployments=deployments, **({"model": model.model_dump(mode="json")} if model else {}))
-    return Ready(summary, Windows(skip=skip, first_repeat=(pair or 0) * n_repeats, pair=pair or 0,
+    return Ready(summary, Windows(skip=skip, first_repeat=first, pair=pair or 0,
                                   calibrate=side.calibrate, profile=side.profile))
 
 

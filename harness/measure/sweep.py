@@ -56,7 +56,7 @@ def measure(stack: Stack, run: Run, summary: RunSummary, at: Windows | None = No
                 for c in sweep.levels:
                     if (rep, c) not in at.skip:
                         sweep.level(rep, c, len(reps), at.first_repeat)
-            if at.profile:  # after every judged window: each level once more, every process sampled
+            if at.profiled(summary):  # after every judged window: each level once more, every process sampled
                 profile_levels(sweep)
     except KeyboardInterrupt:  # wherever it lands: the summary says where the sweep stopped
         summary.stopped = f"interrupted by Ctrl-C / SIGTERM at {sweep.where}"

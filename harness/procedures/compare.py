@@ -137,12 +137,15 @@ def run_compare(stack: Stack, run: Run, allow_mismatch: bool, pairs_plan: Plan |
         most = pairs_plan.max_pairs if pairs_plan is not None else profile.pairs
         if pairs_plan is not None:
             summary.pairs, summary.order = most, pair_order(most)
-        measured = measure_pairs(stack, most, run, after_side=keep, after_pair=stop)
+        measured = measure_pairs(stack, most, run, after_side=keep, stop=stop)
     keep(measured)
     live.update(measured.live)
     judge_at(stop.last if stop is not None else None)
     summary.diagnosis = diagnose(summary, stack.tuning(), {m.key: (f"{stack.server_name}'s {m.key}", m.queue_ms)
                                                            for m in stack.layer_metrics() if m.queue_ms})
+    if stop is not None and stop.state.profiled:  # where the diagnosis's windows ran, and what they cost
+        summary.diagnosis.profiled += " (" + "; ".join(f"{label}: {where}" for label, where in
+                                                      sorted(stop.state.profiled.items())) + ")"
     if stop is not None and stop.state.looks:
         summary.pairs = stop.state.looks[-1]
         summary.order = pair_order(summary.pairs)

@@ -32,6 +32,18 @@ class Decision(BaseModel):
     pairs: int  # pairs measured at that look
 
 
+class DeploymentTime(BaseModel):
+    """What one deployment of a compare took, in wall seconds (harness.measure.budget)."""
+
+    side: str  # baseline | stack
+    pair: int  # 1-based
+    start_s: float  # deploy to ready
+    judged_s: float  # ready to its judged windows done (the warm-up sweep among them)
+    profiled_s: float = 0.0  # its profiled windows
+    other_s: float = 0.0  # teardown, and the check that the previous deployment was gone
+    profile_only: bool = False  # a profiled pass of its own: no judged window
+
+
 class Stopping(BaseModel):
     """How a sequential compare chose its pairs (harness.analysis.sequential, harness.measure.planning)."""
 
@@ -44,6 +56,10 @@ class Stopping(BaseModel):
     decided: dict[str, dict[float, Decision]] = {}  # endpoint -> level -> its decision
     pair_s: list[float] = []  # wall seconds each complete pair took, starts included
     stopped: str | None = None  # why no further pair was deployed
+    min_pairs: int = 2  # the fewest pairs it ran whatever the budget
+    deployments: list[DeploymentTime] = []  # each deployment's seconds, in the order they ran
+    predicted_s: list[float | None] = []  # at each look: what the next pair was predicted to take
+    profiled: dict[str, str] = {}  # side -> where its profiled windows ran and what they cost, or why they did not
 
     def level_pairs(self, level: float) -> int | None:
         """The pairs the level took: the last of its endpoints' decisions (None: not every endpoint decided)."""

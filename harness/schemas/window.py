@@ -303,6 +303,7 @@ class RunSummary(BaseModel):
     tokenizer: str | None = None  # what counted prompt lengths: "<tokenizer.json> (whose)", or 4 characters a token
     calibration: Calibration | None = None  # gpu-like: the levels this host held the emulated step at
     profiled: list[ProfiledLevel] = []  # each level's profiled window (not judged), harness.measure.profiled
+    profiled_s: float = 0.0  # wall seconds its profiled windows took, every deployment of the side together
     profile_note: str | None = None  # how it was profiled ("py-spy 0.4.3, 100 Hz, ..."), or why not
     remeasured: int = 0  # interleaved compare: windows measured again because the other side was not idle
 

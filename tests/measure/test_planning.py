@@ -12,9 +12,11 @@ import pytest
 from harness.analysis.conclude import pair_order
 from harness.analysis.verdict import components
 from harness.cli.main import main
-from harness.measure.planning import Plan, detectable_share, make_plan, pair_seconds, pairs_for, step_sweep_s
+from harness.measure.budget import Clock, SideTimes
+from harness.measure.planning import Plan, detectable_share, make_plan, pairs_for, step_sweep_s, timings
 from harness.profile.loading import load_profile
 from harness.schemas import AAReference, CompareSummary, Stopping
+from harness.schemas.compare import DeploymentTime
 
 
 def noise(sd: float, sw: float, k: int = 4, levels: int = 3, seed: int = 0):
@@ -33,9 +35,15 @@ def test_more_pairs_detect_less_and_the_plan_finds_the_fewest_that_reach_the_tar
     assert pairs_for(noise(0.5, 0.5), 0.001, 3) is None  # beyond any budget
 
 
+def clock(pair_s: float) -> Clock:
+    """Both sides alike, a pair of pair_s seconds whether cold or warm."""
+    side = SideTimes(cold_s=pair_s / 4, warm_s=pair_s / 4, judged_s=pair_s / 4 - 2, profiled_s=30.0, other_s=2.0)
+    return Clock(prior={"baseline": side, "stack": side}, source="measured")
+
+
 def plan(comp, budget_s: float | None, pair_s: float = 180.0, target: float = 0.03, most: int = 8) -> Plan:
-    return Plan(target=target, levels=3, max_pairs=most, budget_s=budget_s, pair_s=pair_s, pair_source="measured",
-                noise=comp, noise_source="the noise of A/A x")
+    return Plan(target=target, levels=3, max_pairs=most, budget_s=budget_s, clock=clock(pair_s), noise=comp,
+                noise_source="the noise of A/A x")
 
 
 def test_the_plan_says_what_the_target_needs_and_what_the_budget_detects():
@@ -43,8 +51,8 @@ def test_the_plan_says_what_the_target_needs_and_what_the_budget_detects():
     p = plan(comp, budget_s=15 * 60)
     need, lines = p.needed, p.lines()
     assert need is not None and f"you need about {need} pairs, about {need * 3} min" in lines[0]
-    assert p.budget_pairs == 5 and "with the budget you set (15 min), 5 pairs" in lines[1]
-    assert f"{100 * detectable_share(comp, 5, 3):.1f}%" in lines[1]
+    assert p.budget_pairs == 5 and "with the budget you set (15 min), 5 pairs" in lines[-1]
+    assert f"{100 * detectable_share(comp, 5, 3):.1f}%" in lines[-1]
 
 
 def test_a_target_the_budget_cannot_reach_is_refused_with_the_numbers():
@@ -53,45 +61,52 @@ def test_a_target_the_budget_cannot_reach_is_refused_with_the_numbers():
     assert why is not None and "needs" in why and "2 fit the budget of 6 min" in why and "--anyway" in why
 
 
-def test_a_budget_shorter_than_two_pairs_is_refused_whatever_the_noise():
-    why = plan(None, budget_s=5 * 60).refusal()
-    assert why is not None and why.startswith("BUDGET 5 min is shorter than two deployment pairs")
+def test_a_budget_below_two_pairs_runs_the_minimum_anyway_and_one_below_a_warm_pair_is_refused():
+    p = plan(None, budget_s=5 * 60)
+    assert p.refusal() is None and p.budget_pairs == 2
+    assert "the minimum, 2 pairs" in p.minimum_line() and "past your budget of 5 min: it runs anyway" \
+        in p.minimum_line()
+    why = plan(None, budget_s=2 * 60).refusal()
+    assert why is not None and why.startswith("BUDGET 2 min is shorter than one warm deployment pair")
 
 
 def test_the_gpu_like_step_estimates_a_sweep_and_a_stored_compare_replaces_the_estimate(tmp_path):
     quick = load_profile("quick")
     quick = quick.model_copy(update={"engine": quick.engine.on_host(False)})
     sweep = step_sweep_s(quick)
-    # c=1: 30 requests + a warm-up wave + the compiled engine's warm-up sweep, 64 steps each at 9.56 ms; c=16:
-    # 10+1+1 waves at 12.65 ms; c=64: 10+1+1 at 22.5 ms
-    assert sweep == pytest.approx((32 * 64 * 9.556 + 12 * 64 * 12.646 + 12 * 64 * 22.534) / 1e3, rel=1e-3)
-    seconds, source = pair_seconds(quick, "kserve", tmp_path)
-    assert source.startswith("estimated") and seconds == pytest.approx(2 * (60 + sweep))
+    # c=1: 30 requests + a warm-up wave + the compiled engine's warm-up sweep, 64 steps each at 9.56 ms; c=2:
+    # 15+1+1 waves at 9.76 ms; c=16: 10+1+1 at 12.65 ms
+    assert sweep == pytest.approx((32 * 64 * 9.556 + 17 * 64 * 9.762 + 12 * 64 * 12.646) / 1e3, rel=1e-3)
+    est = timings(quick, "kserve", tmp_path)
+    assert est is not None and est.source.startswith("estimated") and est.prior["stack"].judged_s == sweep
     run = tmp_path / "20260101-000000-compare-kserve-abcdef"
     run.mkdir()
+    deps = [DeploymentTime(side=side, pair=k, start_s=start, judged_s=90.0, other_s=3.0)
+            for side, k, start in (("baseline", 1, 60.0), ("stack", 1, 70.0), ("stack", 2, 40.0),
+                                   ("baseline", 2, 30.0))]
     s = CompareSummary(run_id=run.name, stack="kserve", baseline_stack="vllm", in_request_path=True, profile="quick",
                        repeats=1, versions={}, version_match=True, applied={}, settings_match=True,
                        settings_mismatches=[], options={}, status="complete",
-                       stopping=Stopping(max_pairs=8, target_mde=0.03, pair_s=[170.0, 190.0]))
+                       stopping=Stopping(max_pairs=8, target_mde=0.03, deployments=deps))
     (run / "compare.json").write_text(s.model_dump_json())
-    assert pair_seconds(quick, "kserve", tmp_path) == (180.0, f"measured by {run.name}")
-    assert pair_seconds(quick, "ray", tmp_path)[1].startswith("estimated")  # another layer's pairs say nothing
-    aa = tmp_path / "20260101-000001-compare-vllm-abcdef"
-    aa.mkdir()
-    (aa / "compare.json").write_text(s.model_copy(update={"run_id": aa.name, "stack": "vllm"}).model_dump_json())
-    assert pair_seconds(quick, "ray", tmp_path) == (180.0, f"measured by {aa.name}, bare vLLM on both sides")
+    got = timings(quick, "kserve", tmp_path)
+    assert got is not None and got.source == f"measured by {run.name}"
+    assert (got.prior["stack"].cold_s, got.prior["stack"].warm_s, got.prior["baseline"].warm_s) == (70.0, 40.0, 30.0)
+    ray = timings(quick, "ray", tmp_path)  # another layer's times say nothing of Ray's; its bare vLLM's do
+    assert ray is not None and ray.source.startswith(f"bare vLLM measured by {run.name}")
+    assert ray.prior["baseline"].warm_s == 30.0 and ray.prior["stack"].cold_s > 90
 
 
 def test_without_an_aa_the_plan_says_it_plans_from_the_first_pairs(tmp_path):
     p = make_plan(load_profile("quick"), "vllm", tmp_path, None)
-    assert p.noise is None and "from the compare's own first two pairs" in p.lines()[0] and p.refusal() is None
+    assert p.noise is None and "from the compare's own first two" in p.lines()[0] and p.refusal() is None
 
 
 def test_a_stored_aa_is_the_plans_noise(tmp_path):
     comp = noise(0.003, 0.003)
     aa = AAReference(run_id="aa-run", levels={}, components={"throughput": comp}, pairs=4)
     p = make_plan(load_profile("quick"), "vllm", tmp_path, aa)
-    assert p.noise == comp and "the noise of A/A aa-run" in p.lines()[0]
+    assert p.noise == comp and "the A/A aa-run" in p.lines()[0]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -100,8 +115,10 @@ def test_a_stored_aa_is_the_plans_noise(tmp_path):
     (["--mde", "lots"], "MDE must be a percentage"),
     (["--budget", "0m"], "BUDGET must be longer than 0"),
     (["--budget", "soon"], "BUDGET must be a time"),
-    (["--max-pairs", "1"], "max_pairs must be from 2 to 64"),
-    (["--budget", "1m"], "BUDGET 1 min is shorter than two deployment pairs"),
+    (["--max-pairs", "0"], "max_pairs must be from 2 to 64"),
+    (["--max-pairs", "1"], "MAX_PAIRS=1 contradicts the minimum design"),
+    (["--pairs", "0"], "PAIRS must be at least 1"),
+    (["--budget", "1m"], "BUDGET 1 min is shorter than one warm deployment pair"),
 ])
 def test_bad_sequential_input_is_refused_before_anything_is_deployed(tmp_path, capsys, args, message):
     try:

@@ -240,3 +240,52 @@ def test_stack_dying_mid_run_is_reported_and_kept(tmp_path, write_profile, monke
     assert all(lv.incomplete for lv in kept[1:])  # c=4, if any request got as far as its window
     assert s.levels[0].stack_tok_s and s.levels[1].verdict == "missing"
     assert "**stack failed**" in (report / "report.md").read_text()
+
+
+def _sequential(tmp_path, write_profile, budget: str) -> tuple[int, CompareSummary]:
+    profile = write_profile(concurrency=[1, 4], requests=40, requests_per_concurrency=0, output_tokens=8,
+                            input_tokens=32, scrape_interval_s=0.5, warmup_sweep=False)
+    rc = main(["compare", "--stack", "sim-proxy", "--profile", str(profile), "--budget", budget, "--max-pairs", "4",
+               "--cpu-profile", "--opt", "ttft_ms=20", "--opt", "itl_ms=5", "--opt", "request_delay_ms=40",
+               "--results-dir", str(tmp_path / "results"), "--reports-dir", str(tmp_path / "reports")])
+    (run,) = (tmp_path / "results").iterdir()
+    return rc, CompareSummary.model_validate_json((run / "compare.json").read_text())
+
+
+@pytest.mark.slow  # a sequential compare of two pairs (~25 s)
+@pytest.mark.alone
+def test_a_first_pair_that_eats_the_budget_still_gets_its_second_and_a_verdict_but_no_profiling_past_it(
+        tmp_path, write_profile):
+    """The minimum design runs whatever the budget: pair 1 takes more than half the 6 s budget, pair 2 is deployed
+    all the same and the proxy's known 40 ms are decided as overhead; the profiled windows, which the budget no
+    longer holds, are not run, and each side says why."""
+    rc, s = _sequential(tmp_path, write_profile, "6s")
+    st = s.stopping
+    assert rc == 0 and st is not None and st.pair_s[0] > 0.5 * 6, st  # the premise: pair 1 ate most of it
+    assert s.pairs == 2 and st.looks == [2] and len(st.deployments) == 4, st
+    assert [lv.verdict for lv in s.levels] == ["overhead", "overhead"], [lv.verdict for lv in s.levels]
+    assert not [d for d in st.deployments if d.profiled_s > 0] and not s.runs["stack"].profiled, st.deployments
+    for side in ("baseline", "stack"):
+        assert st.profiled[side].startswith("not profiled: the budget"), st.profiled
+        assert f"{side}: not profiled: the budget" in s.diagnosis.profiled, s.diagnosis.profiled
+
+
+@pytest.mark.slow  # a sequential compare of two or three pairs, each side profiled once (~30-45 s)
+@pytest.mark.alone
+def test_a_compare_with_room_profiles_each_side_once_and_never_in_its_first_pair(tmp_path, write_profile):
+    """With a budget that holds far more than the minimum, the proxy's known 40 ms are decided as overhead at a look
+    from pair 2 on (at 2 pairs the interval has one degree of freedom, so the throughput's decision may take a third
+    pair on this host), and the diagnosis costs no pair: each side's profiled windows run once, after the judged
+    windows of a deployment from pair 2 on, never in a pass of their own, and the report says where."""
+    rc, s = _sequential(tmp_path, write_profile, "10m")
+    st = s.stopping
+    assert rc == 0 and st is not None and s.pairs >= 2 and st.looks[0] == 2 and st.looks[-1] == s.pairs, st
+    assert st.stopped and "every judged level decided" in st.stopped, st.stopped
+    assert [lv.verdict for lv in s.levels] == ["overhead", "overhead"], [lv.verdict for lv in s.levels]
+    assert len(st.deployments) == 2 * s.pairs and not any(d.profile_only for d in st.deployments), st.deployments
+    profiled = [d for d in st.deployments if d.profiled_s > 0]
+    assert sorted(d.side for d in profiled) == ["baseline", "stack"] and min(d.pair for d in profiled) >= 2, \
+        st.deployments
+    for d in profiled:
+        assert len(s.runs[d.side].profiled) == 2 and st.profiled[d.side].startswith(f"pair {d.pair}"), st.profiled
+        assert f"{d.side}: pair {d.pair}" in s.diagnosis.profiled, s.diagnosis.profiled
