@@ -212,7 +212,7 @@ def test_open_loop_profiles(write_profile):
     one = p.with_levels([3.5])
     assert one.levels() == [3.5] and one.open_loop and one.requests_for(3.5) == max(30, math.ceil(3.5 * 3))
     q = load_profile("quick")
-    assert not q.open_loop and q.levels() == [1, 16, 64] and q.with_levels([12]).levels() == [12]
+    assert not q.open_loop and q.levels() == [1, 2, 16] and q.with_levels([12]).levels() == [12]
     with pytest.raises(LayerbenchError, match="concurrency"):
         q.with_levels([3.5])
     with pytest.raises(LayerbenchError, match="positive"):

@@ -7,7 +7,7 @@ from harness.profile.loading import builtin_profiles, load_profile
 def test_builtin_profiles_load():
     assert {"quick", "cpu", "default"} <= set(builtin_profiles())
     q = load_profile("quick")
-    assert q.concurrency == [1, 16, 64] and q.output_tokens == 64 and q.requests == 30 and q.engine.step is not None
+    assert q.concurrency == [1, 2, 16] and q.output_tokens == 64 and q.requests == 30 and q.engine.step is not None
     assert load_profile("default").requests_for(64) == 128  # 2 per slot beats 32 at c=64
 
 
