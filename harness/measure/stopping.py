@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from harness.analysis.judging import ENDPOINTS
 from harness.analysis.sequential import Looks, fractions
 from harness.measure.budget import (
     Clock,
@@ -30,6 +31,8 @@ from harness.measure.session import Sides
 from harness.results import RunWriter
 from harness.schemas import CompareSummary, Decision, Stopping
 from harness.schemas.compare import DeploymentTime
+
+NAMES = {ep.key: ep.name for ep in ENDPOINTS}  # as the verdict table names them
 
 
 class SequentialStop:
@@ -157,15 +160,24 @@ class SequentialStop:
 
     def open_levels(self) -> list[str]:
         """Judged levels with an endpoint not yet decided."""
-        return [f"{lv.rate:g} req/s" if lv.rate is not None else f"c={lv.concurrency}" for lv in self.summary.levels
+        return [lv.level_text for lv in self.summary.levels
                 if lv.endpoints and any(v.verdict == "inconclusive" for v in lv.endpoints.values())]
 
     def look_text(self, open_: list[str]) -> str:
+        """What this look decided, and for each open level the endpoints that hold it open: a level whose verdict is
+        already made on one endpoint (Ray's TTFT p95 overhead at c=1) says so, so the look never reads 'nothing
+        decided' above a table that names a verdict."""
         judged = [lv for lv in self.summary.levels if lv.endpoints]
-        done = [f"{lv.rate if lv.rate is not None else 'c=' + str(lv.concurrency)} {lv.verdict}" for lv in judged
-                if not any(v.verdict == "inconclusive" for v in lv.endpoints.values())]
-        return (("decided: " + ", ".join(done) if done else "nothing decided yet")
-                + (f"; open: {', '.join(open_)}" if open_ else ""))
+        done, held = [], []
+        for lv in judged:
+            undecided = [NAMES.get(ep, ep) for ep, v in lv.endpoints.items() if v.verdict == "inconclusive"]
+            if not undecided:
+                done.append(f"{lv.level_text} {lv.verdict}")
+            else:
+                so_far = f"{lv.verdict} so far, " if lv.verdict != "inconclusive" else ""
+                held.append(f"{lv.level_text} ({so_far}{', '.join(undecided)} undecided)")
+        return (("decided: " + ", ".join(done) if done else "no level fully decided yet")
+                + (f"; open: {', '.join(held)}" if held else ""))
 
     def replan(self, k: int) -> None:
         """With no A/A stored, the plan from the compare's own first pairs' noise."""
