@@ -9,7 +9,7 @@ from pathlib import Path
 
 from harness.analysis.audit import audit_from_scrapes
 from harness.analysis.deltas import client_bound, judged_levels
-from harness.analysis.emulation import stretched_levels
+from harness.analysis.emulation import stretched_levels, unchecked_levels
 from harness.analysis.judging import Design, instability
 from harness.analysis.sequential import Looks
 from harness.profile.schema import LoadProfile
@@ -79,6 +79,9 @@ def settle(summary: CompareSummary, profile: LoadProfile, seen: Evidence, allow_
     no_verdict = {**client_bound(base, stack), **{c: ("host-bound", "no verdict: this host stretched the emulated "
                   "step here (the emulation table), so the level measures the host, not the emulated GPU")
                   for c in stretched_levels(summary)}}
+    no_verdict |= {c: ("unchecked", "no verdict: neither the engine's step histograms nor the client's TPOT could "
+                       "be read here on some side (the emulation table), so whether this host stretched the "
+                       "emulated step is unknown") for c in unchecked_levels(summary) if c not in no_verdict}
     design = Design(order=summary.order or pair_order(summary.pairs),  # 0: interleaved
                     host=summary.aa.components if summary.aa else {}, margin=summary.margin,
                     ttft_margin=summary.ttft_margin, looks=looks)

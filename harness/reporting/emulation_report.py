@@ -24,6 +24,7 @@ def step_line(s: CompareSummary) -> list[str]:
     checks = [c for c in every if c.measured_ms is not None]
     kept = [c for c in checks if c.kept]
     lagged = sum(1 for c in every if c.measured_ms is None and c.lagged)
+    client = sum(1 for c in every if c.source == "client")
     low = min(checks, key=lambda c: (c.level, c.side != "baseline"), default=None)
     measured = (f"; measured {fmt(low.measured_ms, '{:.1f}')} ms per decode step at "
                 f"{level_text(low.level, s.open_loop)} ({_names(s)[low.side]}) against "
@@ -31,6 +32,9 @@ def step_line(s: CompareSummary) -> list[str]:
                 f"{len(checks)} side-levels") if low else "; the engine's step histograms were not visible"
     if lagged:
         measured += f" (not checked at {lagged}: every window there counted other requests, the exporter lagged)"
+    if client:
+        measured += (f" ({client} from the client's TPOT: the engine's step histograms were hidden or lagged "
+                     "there)")
     return [f"**engine step emulated (gpu-like{f': {step.like}' if step.like else ''})**: {step.text()}, "
             f"a sleeping model step in real vLLM{measured}"]
 
@@ -54,7 +58,7 @@ def step_items(s: CompareSummary) -> list[tuple[str, str]]:
 def _row(c: StepCheck, names: dict[str, str], open_loop: bool) -> list[str]:
     return [level_text(c.level, open_loop), names[c.side], f"{c.windows - c.lagged} of {c.windows}",
             fmt(c.tokens_per_step), fmt(c.configured_ms),
-            fmt(c.measured_ms), fmt(c.off_pct, "{:+.0f}%"),
+            fmt(c.measured_ms), "client TPOT" if c.source == "client" else "engine", fmt(c.off_pct, "{:+.0f}%"),
             {True: "kept", False: "**stretched**" if c.stretched else "**short**", None: "—"}[c.kept],
             fmt(c.worker_cores, "{:.2f}"), fmt(c.engine_core_cores, "{:.2f}")]
 
@@ -70,7 +74,9 @@ def step_table(s: CompareSummary) -> list[Table]:
              f"latency (vllm:inter_token_latency_seconds), its step while decoding. Kept: within {TOLERANCE:.0%}. "
              "Worker and EngineCore: cores during the level (the worker sleeps out each step, as one waiting on "
              "its GPU). Windows: those whose engine counters counted the client's requests (within 10%); a lagging "
-             "exporter's (Ray's metrics agent) are left out, and a level with none is not checked.",
-             ["level", "deployment", "windows", "tokens per step", "configured ms", "measured ms", "off", "step",
-              "worker cores", "EngineCore cores"],
+             "exporter's (Ray's metrics agent) are left out. Where the engine's step is hidden (Triton) or every "
+             "window lagged, the client's TPOT p50 is measured against the step configured for the bare engine's mix "
+             "at the same level; a level neither reads is unchecked and gets no verdict.",
+             ["level", "deployment", "windows", "tokens per step", "configured ms", "measured ms", "from", "off",
+              "step", "worker cores", "EngineCore cores"],
              [_row(c, names, s.open_loop) for c in checks])]

@@ -96,7 +96,8 @@ def by_level(s: CompareSummary) -> str | None:
         groups.setdefault(lv.verdict, []).append(lv)
     judged = sum(lv.judged for lv in s.levels)
     parts = []
-    for call in ("overhead", "gain", "equivalent", "inconclusive", "host-bound", "client-bound", "missing"):
+    for call in ("overhead", "gain", "equivalent", "inconclusive", "host-bound", "unchecked", "client-bound",
+                 "missing"):
         lvs = groups.get(call, [])
         if lvs:
             whys = sorted({lv.why for lv in lvs if lv.why and lv.judged})

@@ -116,7 +116,7 @@ class LevelDelta(Leveled):
     ci: DeltaInterval | None  # throughput's 95% interval; None: not enough pairs (and no A/A of this profile)
     noise_pct: float | None  # the interval's half-width, for the plot's band
     # overhead | gain | equivalent | inconclusive: the worst significant endpoint; or why there is none:
-    # host-bound | client-bound | missing
+    # host-bound | unchecked | client-bound | missing
     verdict: str
     endpoints: dict[str, Verdict] = {}  # throughput, goodput, ttft_p95
     why: str | None = None  # the endpoints behind an overhead/gain, or why the level has no verdict

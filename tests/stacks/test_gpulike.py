@@ -213,7 +213,7 @@ def test_configured_step_follows_the_windows_mix_and_a_slow_level_is_flagged():
     assert first.startswith("**engine step emulated (gpu-like)**: 10 ms per step") and "2 of 4" in first
     (_, _, header, rows), = step_table(s)
     assert header[:6] == ["level", "deployment", "windows", "tokens per step", "configured ms", "measured ms"]
-    assert sorted(r[7] for r in rows) == ["**short**", "**stretched**", "kept", "kept"]
+    assert sorted(r[8] for r in rows) == ["**short**", "**stretched**", "kept", "kept"]
     s.emulated_step = None  # the tiny model computes its step: nothing emulated, nothing said
     assert step_checks(s) == [] and step_line(s) == [] and step_table(s) == []
 
@@ -246,3 +246,43 @@ def test_a_window_whose_engine_counted_other_requests_is_left_out_of_the_step_ch
     stack = next(c for c in step_checks(s2) if c.side == "stack")
     assert stack.measured_ms is None and stack.kept is None  # every window lagged: not checked, not "stretched"
     assert "not checked at 1" in step_line(s2)[0]
+
+
+def test_a_level_no_check_can_read_is_unchecked_and_the_client_reads_what_the_engine_hides():
+    """Behind Triton the engine's step histograms are hidden, behind Ray every window of a level can lag: the
+    client's TPOT p50 is then checked against the bare side's configured step; a level neither reads gets no
+    verdict (20261201-155527's c=32, between two stretched levels behind Ray, was once called an overhead)."""
+    from harness.analysis.conclude import Evidence, settle
+    from harness.analysis.emulation import step_checks, stretched_levels, unchecked_levels
+    from harness.schemas import Dist, ServerLevelMetrics
+    from tests.reporting.test_report_decision import compare, pair
+
+    visible = ServerLevelMetrics(engine_steps=100, engine_step_tokens=1700, generation_tokens=1060, prompt_tokens=640,
+                                 engine_itl_ms=16.0)  # 15.94 ms configured
+
+    def windows(level: int, server: ServerLevelMetrics, tpot: float | None) -> list:
+        out = pair(level, 100.0)
+        for lv in out:
+            lv.server = server
+            lv.stats.tpot_ms = Dist(n=40, p50=tpot)
+        return out
+
+    def summary(stack_tpot: float | None):
+        s = compare(windows(1, visible, 16.1) + windows(4, visible, 16.1),
+                    windows(1, ServerLevelMetrics(), stack_tpot) + windows(4, visible, 16.1))
+        s.emulated_step = STEP
+        return s
+
+    hidden = summary(None)  # c=1: the stack hides its engine and the client's TPOT is missing
+    assert unchecked_levels(hidden) == {1} and not stretched_levels(hidden)
+    read = summary(16.3)
+    check = next(c for c in step_checks(read) if c.side == "stack" and c.level == 1)
+    assert check.source == "client" and check.configured_ms == pytest.approx(15.94) and check.kept
+    assert not unchecked_levels(read)
+    assert stretched_levels(summary(30.0)) == {1}  # the client's TPOT 88% past the configured step
+
+    profile = load_profile("quick").with_levels([1, 4])
+    done = settle(hidden, profile, Evidence(scrapes=[], live={}), allow_mismatch=False)
+    by = {lv.concurrency: lv for lv in done.levels}
+    assert by[1].verdict == "unchecked" and "TPOT" in by[1].why and not by[1].endpoints
+    assert by[4].verdict != "unchecked" and by[4].endpoints
