@@ -81,6 +81,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         args.stack, args.opt = plan.stack, [f"{k}={v}" for k, v in plan.options.items()]
     elif not args.stack:
         raise LayerbenchError("compare needs --stack (or --resume RUN_ID)")
+    from harness.cli.targets import refuse_pairs_off_local
+
+    refuse_pairs_off_local(args)
     p = prepare(args, getattr(args, "command_name", "compare"), plan.profile if plan else None,
                 plan.run_id if plan else None)
     if getattr(args, "levels", None):  # `diagnose --levels`

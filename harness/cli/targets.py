@@ -222,3 +222,20 @@ def run_capacity(args: argparse.Namespace, stack: Stack, profile: LoadProfile, s
     report = write(summary, Path(args.reports_dir or "reports") / run_id, price(args.gpu_hourly_usd))
     console.print(report.read_text(), markup=False, highlight=False)
     return rc
+
+
+# what a compare's design and export take on the local target alone, as `make` names them
+LOCAL_ONLY = (("pairs", "PAIRS="), ("mde", "MDE="), ("budget", "BUDGET="), ("max_pairs", "MAX_PAIRS="),
+              ("export", "--export"))
+
+
+def refuse_pairs_off_local(args: argparse.Namespace) -> None:
+    """A cluster or docker compare deploys each side once (harness.targets.k8s.runner, harness.targets.remote_compare):
+    it has no pairs to size, stop or export, so asking for them is refused before anything is written, not dropped."""
+    target = getattr(args, "target", "local")
+    asked = [name for key, name in LOCAL_ONLY if getattr(args, key, None)]
+    if target != "local" and asked:
+        raise LayerbenchError(
+            f"{', '.join(asked)}: the {target} target deploys each side once, so it has no deployment pairs to size, "
+            "stop or export, and its report gives the deltas without an interval. Pairs, their plan and "
+            "--export run on the local target (`make compare` without TARGET=); drop them here")

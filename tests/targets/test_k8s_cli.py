@@ -89,6 +89,12 @@ def test_k8s_without_dry_run_hands_the_plan_to_the_runner(tmp_path, monkeypatch,
     (["compare", "--stack", "ray", "--opt", "ingress_replicas=0", "--target", "k8s", "--dry-run"],
      "stack ray: option ingress_replicas"),
     (["run", "--stack", "vllm", "--cluster-config", "c.yaml"], "--cluster-config needs --target docker or"),
+    # a cluster or docker compare deploys each side once: a design or export asked of it is refused, not dropped
+    (["compare", "--stack", "ray", "--target", "k8s", "--pairs", "3", "--dry-run"],
+     "PAIRS=: the k8s target deploys each side once"),
+    (["compare", "--stack", "ray", "--target", "docker", "--mde", "2%", "--budget", "20m", "--max-pairs", "4",
+      "--export", "benchmark-report"],
+     "MDE=, BUDGET=, MAX_PAIRS=, --export: the docker target"),
 ])
 def test_bad_combinations_are_refused_before_anything_is_written(argv, message, tmp_path, capsys):
     assert main([*argv, "--results-dir", str(tmp_path)]) == 2
