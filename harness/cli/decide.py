@@ -121,9 +121,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     measured = None
 
-    from harness.procedures.compare import latest_aa
+    from harness.procedures.compare import latest_aa, noise_key
 
-    aa = latest_aa(Path(args.results_dir), profile.name)
+    aa = latest_aa(Path(args.results_dir), profile.name, noise_key(targets[-1][1], profile))
     host = aa.components if aa else {}  # one deployment per value: the host's A/A is all the noise it can know
 
     def keep(m) -> None:

@@ -106,7 +106,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     profiling, not_profiled = cpu_profiling(args.cpu_profile, profile.deployments) \
         if args.target == "local" and not args.dry_run else (False, None)
-    pairs_plan = plan_pairs(profile, args, results, profiling or bool(args.dry_run and args.cpu_profile is not False))
+    pairs_plan = plan_pairs(profile, args, results, profiling or bool(args.dry_run and args.cpu_profile is not False),
+                            stack)
     if profile.stopping == "fixed" and profile.pairs == 1 and profile.deployments == "sequential":
         console.print("plan: PAIRS=1: one pair, no verdict possible (an interval of the pair effect needs 2 pairs, "
                       "one in each order); the deltas are reported without one", markup=False, highlight=False)
@@ -217,15 +218,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def plan_pairs(profile, args: argparse.Namespace, results: Path, profiling: bool = True):
+def plan_pairs(profile, args: argparse.Namespace, results: Path, profiling: bool = True, stack=None):
     """A local sequential compare's plan (harness.measure.planning), printed; refused, before anything is deployed,
     unless --anyway, when the budget cannot hold one warm pair or cannot reach the target. None: a fixed design."""
     if profile.stopping != "sequential" or profile.deployments != "sequential" or args.target != "local":
         return None
     from harness.measure.planning import check_plan, make_plan
-    from harness.procedures.compare import latest_aa
+    from harness.procedures.compare import latest_aa, noise_key
 
-    aa = latest_aa(results, profile.name, deployments=profile.deployments)
+    key = noise_key(stack, profile) if stack is not None else None
+    aa = latest_aa(results, profile.name, key, deployments=profile.deployments)
     pairs_plan = make_plan(profile, args.stack, results, aa, profiling)
     for line in pairs_plan.lines():
         console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -9,6 +9,7 @@ variance in and is floored at it."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from harness.measure.resume import ResumeRefused
 from harness.measure.run import Run
 from harness.measure.session import Sides
 from harness.measure.stopping import SequentialStop, start_times
+from harness.profile.schema import LoadProfile
 from harness.results import read_jsonl
 from harness.schemas import (
     AAReference,
@@ -32,11 +34,32 @@ from stacks.base import Stack
 from stacks.base.engine_frontend import frontend_note
 from stacks.base.engine_model import study_comparable
 
+# a profile's knobs that size or stop the design, not what one pair's noise depends on
+DESIGN_KNOBS = {"name", "budget_min", "max_pairs", "target_mde", "pairs", "stopping"}
 
-def latest_aa(results: Path, profile: str, exclude: str | None = None,
+
+def noise_key(stack: Stack, profile: LoadProfile, target: str = "local") -> dict[str, str]:
+    """What a pair's noise depends on, which an A/A must share to floor a compare: the engine's version, the model
+    and its revision, the engines per side, the GPUs, the target and the profile's content. An A/A of the same
+    profile name with another engine or model measured another system's noise (a compare with one pair was once
+    judged on vLLM-against-vLLM noise of another version alone)."""
+    m = stack.settings.model
+    body = profile.model_dump_json(exclude=DESIGN_KNOBS)
+    return {"engine": stack.engine_version(),
+            "model": f"{m.id}@{m.revision or '-'} config {m.config_digest or '-'}" if m else "tiny",
+            "replicas": str(stack.settings.engine.replicas),
+            "devices": ",".join(map(str, stack.settings.devices)) or "none",
+            "target": target,
+            "profile": hashlib.sha256(body.encode()).hexdigest()[:12]}
+
+
+def latest_aa(results: Path, profile: str, key: dict[str, str] | None, exclude: str | None = None,
               deployments: str = "sequential") -> AAReference | None:
     """The latest complete A/A of the profile measured with the same design (an interleaved pair's noise is not a
-    sequential one's)."""
+    sequential one's) and the same noise key (engine, model, replicas, GPUs, target, profile digest); an A/A
+    stored before its key was kept matches none. key None: no A/A can match."""
+    if key is None:
+        return None
     for path in sorted(results.glob("*compare-vllm*/compare.json"), reverse=True):
         if path.parent.name == exclude:
             continue
@@ -44,7 +67,8 @@ def latest_aa(results: Path, profile: str, exclude: str | None = None,
             s = CompareSummary.model_validate_json(path.read_text())
         except ValueError:
             continue  # written by another version of layerbench
-        if s.status == "complete" and s.profile == profile and s.stack == "vllm" and s.deployments == deployments:
+        if s.status == "complete" and s.profile == profile and s.stack == "vllm" and s.deployments == deployments \
+                and s.noise_key == key:
             return AAReference(run_id=s.run_id, levels={lv.level: (
                 lv.delta_pct, lv.ci.half_width_pct if lv.ci else None, lv.verdict) for lv in s.levels},
                 components=s.components, pairs=s.pairs)
@@ -95,6 +119,7 @@ def run_compare(stack: Stack, run: Run, allow_mismatch: bool, pairs_plan: Plan |
             raise ResumeRefused(f"cannot resume: the {label}'s engine is now version {versions[label]}, the first "
                                 f"invocation measured {prior.engine_version}")
     study = study_comparable(profile.name, stack.settings.model) and profile.builtin_shaped()
+    key = noise_key(stack, profile)
     summary = CompareSummary(
         run_id=writer.run_id, stack=stack.kind, baseline_stack=baseline.kind, in_request_path=stack.in_request_path,
         renames=stack.metric_aliases(), metricless=stack.metricless_endpoints(),
@@ -108,8 +133,8 @@ def run_compare(stack: Stack, run: Run, allow_mismatch: bool, pairs_plan: Plan |
         applied={}, settings_match=False, settings_mismatches=[], options=dict(stack.settings.options),
         frontend=frontend_note(baseline, stack, stack.settings.engine.frontend),
         scrape_policy=profile.scrape, slo=profile.slo, invocations=(plan.invocation if plan else 0) + 1,
-        emulated_step=profile.engine.step, aa=latest_aa(writer.dir.parent, profile.name, exclude=writer.run_id,
-                                                              deployments=profile.deployments),
+        emulated_step=profile.engine.step, noise_key=key,
+        aa=latest_aa(writer.dir.parent, profile.name, key, exclude=writer.run_id, deployments=profile.deployments),
     )
 
     def keep(measured: Sides) -> None:

@@ -116,6 +116,9 @@ class CompareSummary(BaseModel):
     devices: list[int] = []  # the GPUs each side was given (the same for both); [] on a host without GPUs
     gpu_host: dict | None = None  # the host's GPUs (harness.host.gpus.GpuHost.to_json); None: no GPU
     target: str = "local"  # where both sides ran: local, k8s or docker
+    # what one pair's noise depends on (harness.procedures.compare.noise_key): an A/A floors only a compare of the
+    # same key
+    noise_key: dict[str, str] = {}
     cluster: dict | None = None  # k8s/docker: the context, server, namespace, and each side's images and nodes
     stopping: Stopping | None = None  # a sequential compare: its plan, looks and why it stopped
     start_s: dict[str, list[float]] = {}  # side -> seconds each of its deployments took to answer, pair by pair

@@ -143,7 +143,10 @@ def test_a_profile_that_names_its_pairs_keeps_a_fixed_design_and_the_default_is_
     assert load(str(write_profile())).stopping == "sequential" == load_profile("quick").stopping
 
 
-def test_the_dry_run_prints_the_plan_and_an_unreachable_target_is_refused_unless_anyway(tmp_path, capsys):
+def test_the_dry_run_prints_the_plan_and_an_unreachable_target_is_refused_unless_anyway(tmp_path, capsys,
+                                                                                        monkeypatch):
+    key = {"engine": "test", "model": "tiny", "replicas": "1", "devices": "none", "target": "local", "profile": "q"}
+    monkeypatch.setattr("harness.procedures.compare.noise_key", lambda stack, profile, target="local": key)
     results = tmp_path / "r"
     aa_dir = results / "20260101-000000-compare-vllm-aaaaaa"
     aa_dir.mkdir(parents=True)
@@ -151,7 +154,7 @@ def test_the_dry_run_prints_the_plan_and_an_unreachable_target_is_refused_unless
     aa = CompareSummary(run_id=aa_dir.name, stack="vllm", baseline_stack="vllm", in_request_path=False,
                         profile="quick", repeats=1, versions={}, version_match=True, applied={}, settings_match=True,
                         settings_mismatches=[], options={}, status="complete", components={"throughput": comp},
-                        order=pair_order(4), pairs=4)
+                        order=pair_order(4), pairs=4, noise_key=key)
     (aa_dir / "compare.json").write_text(aa.model_dump_json())
     base = ["compare", "--stack", "triton", "--results-dir", str(results), "--dry-run"]
     assert main([*base, "--mde", "2%", "--budget", "20m"]) == 0

@@ -15,6 +15,16 @@ from harness.errors import LayerbenchError
 from harness.procedures.variants import parse_values
 
 
+KEY = {"engine": "test", "model": "tiny", "replicas": "1", "devices": "none", "target": "local", "profile": "t"}
+
+
+@pytest.fixture(autouse=True)
+def one_noise_key(monkeypatch):
+    """The host's A/A below matches the sweeps' noise key (harness.procedures.compare.noise_key, tested on its own
+    in tests/procedures/test_aa_match.py)."""
+    monkeypatch.setattr("harness.procedures.compare.noise_key", lambda stack, profile, target="local": KEY)
+
+
 def host_aa(results: Path, profile: str = "t") -> None:
     """A complete A/A compare of the profile on this 'host' (its pairs differed by ~3%): a sweep deploys each value
     once, so its intervals come from the host's A/A."""
@@ -24,7 +34,7 @@ def host_aa(results: Path, profile: str = "t") -> None:
     s = CompareSummary(run_id="20260101-000000-compare-vllm-aaaaaa", stack="vllm", baseline_stack="vllm",
                        in_request_path=False, profile=profile, repeats=1, versions={}, version_match=True, applied={},
                        settings_match=True, settings_mismatches=[], options={}, status="complete",
-                       components={"throughput": noise, "goodput": noise, "ttft_p95": noise})
+                       components={"throughput": noise, "goodput": noise, "ttft_p95": noise}, noise_key=KEY)
     d = results / s.run_id
     d.mkdir(parents=True)
     (d / "compare.json").write_text(s.model_dump_json())
