@@ -18,9 +18,6 @@ class Components(BaseModel):
     df_res: float
     levels: int
     pairs: int
-    # each level's variance of one pair's difference, over the pairs (ddof 1; pairs - 1 degrees of freedom): an
-    # A/A's own per level, what a later compare pools in level by level ([] in one stored before it was kept)
-    level_var: list[float] = []
 
     @property
     def variance(self) -> float:
@@ -66,7 +63,6 @@ class Verdict(BaseModel):
     verdict: str = "inconclusive"  # overhead | gain | equivalent | inconclusive
     pairs: int = 0
     floored: bool = False  # the host's A/A noise was larger than this run's and was used
-    note: str | None = None  # where the variance came from when not from the pairs alone, or why there is none
 
 
 class Instability(BaseModel):

@@ -193,9 +193,7 @@ def test_t5_a_goodput_collapse_behind_a_layer_is_an_overhead_of_goodput():
         s = queued_goodput(rng, stack, c=16, max_ongoing=4)
         host = components(queued_goodput(rng, sides(rng, k, sd, sw)[0], 16, 64)
                           - queued_goodput(rng, sides(rng, k, sd, sw)[1], 16, 64))
-        res = [1 / WINDOW] * LEVELS  # goodput's resolution, as a compare passes it (harness.analysis.judging)
-        hits += all(v.verdict == "overhead"
-                    for v in judge(s - b, order, host, Criteria(direction=1, log_scale=False), resolution=res))
+        hits += all(v.verdict == "overhead" for v in judge(s - b, order, host, Criteria(direction=1, log_scale=False)))
     assert hits / N >= 0.99, hits / N
 
 
@@ -212,8 +210,7 @@ def test_t5_streaky_ttft_makes_no_false_goodput_or_ttft_verdicts_in_an_aa():
 
     for _ in range(N):
         (dg, dt), (hg, ht) = aa(), aa()
-        calls["goodput"] += [v.verdict for v in judge(dg, order, components(hg), Criteria(log_scale=False),
-                                                      resolution=[1 / WINDOW] * LEVELS)]
+        calls["goodput"] += [v.verdict for v in judge(dg, order, components(hg), Criteria(log_scale=False))]
         calls["ttft_p95"] += [v.verdict for v in judge(dt, order, components(ht), Criteria(direction=-1))]
     for key, verdicts in calls.items():
         fp = sum(v in ("overhead", "gain") for v in verdicts) / len(verdicts)
