@@ -218,7 +218,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def plan_pairs(profile, args: argparse.Namespace, results: Path, profiling: bool = True, stack=None):
+def plan_pairs(profile, args: argparse.Namespace, results: Path, profiling: bool, stack):
     """A local sequential compare's plan (harness.measure.planning), printed; refused, before anything is deployed,
     unless --anyway, when the budget cannot hold one warm pair or cannot reach the target. None: a fixed design."""
     if profile.stopping != "sequential" or profile.deployments != "sequential" or args.target != "local":
@@ -226,8 +226,7 @@ def plan_pairs(profile, args: argparse.Namespace, results: Path, profiling: bool
     from harness.measure.planning import check_plan, make_plan
     from harness.procedures.compare import latest_aa, noise_key
 
-    key = noise_key(stack, profile) if stack is not None else None
-    aa = latest_aa(results, profile.name, key, deployments=profile.deployments)
+    aa = latest_aa(results, profile.name, noise_key(stack, profile), deployments=profile.deployments)
     pairs_plan = make_plan(profile, args.stack, results, aa, profiling)
     for line in pairs_plan.lines():
         console.print(line, markup=False, highlight=False, soft_wrap=True)

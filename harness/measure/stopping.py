@@ -31,8 +31,14 @@ from harness.measure.session import Sides
 from harness.results import RunWriter
 from harness.schemas import CompareSummary, Decision, Stopping
 from harness.schemas.compare import DeploymentTime
+from harness.schemas.verdicts import LevelDelta
 
 NAMES = {ep.key: ep.name for ep in ENDPOINTS}  # as the verdict table names them
+
+
+def undecided(lv: LevelDelta) -> list[str]:
+    """The level's endpoints not yet decided, as the verdict table names them."""
+    return [NAMES.get(ep, ep) for ep, v in lv.endpoints.items() if v.verdict == "inconclusive"]
 
 
 class SequentialStop:
@@ -160,22 +166,16 @@ class SequentialStop:
 
     def open_levels(self) -> list[str]:
         """Judged levels with an endpoint not yet decided."""
-        return [lv.level_text for lv in self.summary.levels
-                if lv.endpoints and any(v.verdict == "inconclusive" for v in lv.endpoints.values())]
+        return [lv.level_text for lv in self.summary.levels if lv.endpoints and undecided(lv)]
 
     def look_text(self, open_: list[str]) -> str:
         """What this look decided, and for each open level the endpoints that hold it open: a level whose verdict is
         already made on one endpoint (Ray's TTFT p95 overhead at c=1) says so, so the look never reads 'nothing
         decided' above a table that names a verdict."""
         judged = [lv for lv in self.summary.levels if lv.endpoints]
-        done, held = [], []
-        for lv in judged:
-            undecided = [NAMES.get(ep, ep) for ep, v in lv.endpoints.items() if v.verdict == "inconclusive"]
-            if not undecided:
-                done.append(f"{lv.level_text} {lv.verdict}")
-            else:
-                so_far = f"{lv.verdict} so far, " if lv.verdict != "inconclusive" else ""
-                held.append(f"{lv.level_text} ({so_far}{', '.join(undecided)} undecided)")
+        done = [f"{lv.level_text} {lv.verdict}" for lv in judged if not undecided(lv)]
+        held = [f"{lv.level_text} ({f'{lv.verdict} so far, ' if lv.verdict != 'inconclusive' else ''}"
+                f"{', '.join(undecided(lv))} undecided)" for lv in judged if undecided(lv)]
         return (("decided: " + ", ".join(done) if done else "no level fully decided yet")
                 + (f"; open: {', '.join(held)}" if held else ""))
 

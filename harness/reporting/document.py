@@ -24,10 +24,9 @@ Table = tuple[str, str, list[str], list[list[str]]]  # (title, caption, header, 
 
 # a cell that is (or starts with) one of these is coloured: the reader's eye goes to the verdicts first
 VERDICTS = {"overhead": "bad", "gain": "good", "equivalent": "neutral", "inconclusive": "neutral",
-            "host-bound": "neutral",
-            "unchecked": "neutral", "client-bound": "neutral", "within noise": "neutral", "no interval": "neutral",
-            "missing": "neutral", "**no**": "bad", "yes": "good", "**overhead**": "bad", "**gain**": "good",
-            "**equivalent**": "neutral", "**inconclusive**": "neutral"}
+            "host-bound": "neutral", "unchecked": "neutral", "client-bound": "neutral", "within noise": "neutral",
+            "no interval": "neutral", "missing": "neutral", "**no**": "bad", "yes": "good", "**overhead**": "bad",
+            "**gain**": "good", "**equivalent**": "neutral", "**inconclusive**": "neutral"}
 
 _STYLE = (
     "body{font:14px/1.45 system-ui,-apple-system,'Segoe UI',sans-serif;margin:1.5em auto;max-width:1180px;"

@@ -21,9 +21,8 @@ from harness.reporting.summary_report import SummaryResult
 from harness.schemas import CompareSummary, RunSummary
 
 VERDICT_STYLE = {"overhead": "bold red", "gain": "bold green", "equivalent": "green", "inconclusive": "dim",
-                 "within noise": "dim", "no interval": "yellow", "host-bound": "yellow",
-                 "unchecked": "yellow", "client-bound": "yellow",
-                 "missing": "yellow"}
+                 "within noise": "dim", "no interval": "yellow", "host-bound": "yellow", "unchecked": "yellow",
+                 "client-bound": "yellow", "missing": "yellow"}
 _BOLD = re.compile(r"\*\*(.+?)\*\*")
 
 

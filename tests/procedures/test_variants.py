@@ -14,7 +14,6 @@ from harness.cli.main import main
 from harness.errors import LayerbenchError
 from harness.procedures.variants import parse_values
 
-
 KEY = {"engine": "test", "model": "tiny", "replicas": "1", "devices": "none", "target": "local", "profile": "t"}
 
 
