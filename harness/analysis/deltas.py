@@ -68,11 +68,10 @@ def combined(vs: dict[str, Verdict]) -> tuple[str, str | None]:
     return "inconclusive", None
 
 
-def _interval(v: Verdict | None, floored: bool) -> DeltaInterval | None:
+def _interval(v: Verdict | None) -> DeltaInterval | None:
     if v is None or v.se is None:
         return None
-    source = f"{v.pairs} deployment pair{'s' if v.pairs != 1 else ''}" + (", floored at this host's A/A"
-                                                                           if floored else "")
+    source = f"{v.pairs} deployment pair{'s' if v.pairs != 1 else ''}"
     return DeltaInterval(delta_pct=pct(v.estimate), lo_pct=pct(v.lo), hi_pct=pct(v.hi), df=v.df,
                          n_baseline=v.pairs, n_stack=v.pairs, source=source)
 
@@ -116,7 +115,7 @@ def judged_levels(base: RunSummary | None, stack: RunSummary | None, levels: Seq
 
         b_cores, b_client = _cores(b)
         s_cores, s_client = _cores(s)
-        ci = _interval(tp, bool(tp and tp.floored)) if b and s else None
+        ci = _interval(tp) if b and s else None
         bt, st = mean(b, lambda lv: lv.stats.judged_tok_s), mean(s, lambda lv: lv.stats.judged_tok_s)
         delta = pct(tp.estimate) if tp is not None and tp.estimate is not None else (
             100.0 * (st - bt) / bt if bt and st is not None else None)

@@ -53,6 +53,13 @@ def per_pair(run: RunSummary | None, level: float, ep: Endpoint) -> dict[int, fl
     return {k: float(np.mean(v)) for k, v in acc.items()}
 
 
+def resolution(base: RunSummary | None, stack: RunSummary | None, level: float) -> float | None:
+    """A share's smallest step at the level: one request of the smallest complete window's."""
+    sent = [lv.stats.sent for run in (base, stack) if run for lv in run.levels
+            if lv.incomplete is None and lv.stats.level == level and lv.stats.sent]
+    return 1 / min(sent) if sent else None
+
+
 def differences(base: RunSummary | None, stack: RunSummary | None, levels: Sequence[float],
                 ep: Endpoint) -> tuple[np.ndarray, list[int]]:
     """(stack minus baseline, pairs x levels, NaN where a side did not measure; the pairs' indices)."""
@@ -101,8 +108,9 @@ def judge_endpoints(base: RunSummary | None, stack: RunSummary | None, levels: S
         for rows, cols in groups.items():
             sub = d[np.ix_(list(rows), cols)] if rows else np.empty((0, len(cols)))
             look = looks.endpoint(ep.key, [levels[j] for j in cols], ep.log, m) if looks else None
+            res = [resolution(base, stack, levels[j]) for j in cols] if not ep.log else None
             for j, v in zip(cols, judge(sub, signs[list(rows)], host.get(ep.key), Criteria(m, ep.direction, ep.log),
-                                        look), strict=True):
+                                        look, res), strict=True):
                 out[j] = v
             if len(cols) == len(levels) and (c := components(sub)) is not None:
                 own[ep.key] = c

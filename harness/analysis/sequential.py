@@ -121,12 +121,13 @@ class Look:
 
 @dataclass(frozen=True)
 class Estimates:
-    """One endpoint's tests at one look: per level the estimate and its (unadjusted) two-sided p-value, with the
-    standard error and degrees of freedom every level shares."""
+    """One endpoint's tests at one look: per level the estimate, its standard error and degrees of freedom (each
+    level's own noise, harness.analysis.verdict.level_noise) and its (unadjusted) two-sided p-value; NaN where a
+    level has no variance to judge by."""
 
     est: np.ndarray
-    se: float
-    df: float
+    se: np.ndarray
+    df: np.ndarray
     p: np.ndarray
 
 
@@ -140,22 +141,27 @@ def calls(e: Estimates, look: Look, margin: float, direction: int, alpha: float 
     m = len(est)
     out: list[str | None] = [look.earlier[i] if i < len(look.earlier) else None for i in range(m)]
     rejected = sum(v in ("overhead", "gain") for v in out)
-    open_ = sorted((i for i in range(m) if out[i] is None), key=lambda i: p[i])
-    for r, i in enumerate(open_):
+    testable = [i for i in range(m) if out[i] is None and np.isfinite(p[i])]
+    for r, i in enumerate(sorted(testable, key=lambda i: p[i])):
         if p[i] < nominal_p(alpha / (m - rejected - r), look.fractions):
             out[i] = "gain" if est[i] * direction > 0 else "overhead"
         else:
             break
-    t_eq = float(st.t.isf(nominal_p(2 * alpha, look.fractions) / 2, df)) if df > 0 else math.inf
     # Before the last look a level is called equivalent only once this look could also have found the target
     # effect (at Holm's strictest level): a 3% overhead lies inside a 5% margin, and calling it equivalent after
     # two pairs would stop the compare before it can be seen. The rule reads the interval's width, not the
     # estimate, so stopping does not select estimates near zero (which would make the intervals at stop cover
     # more than they say).
     strictest = alpha / max(1, m - rejected)
-    ready = look.final or look.target is None or detectable(se, df, look, strictest) <= look.target
-    return [v if v is not None else ("equivalent" if ready and abs(e) + t_eq * se < margin else "inconclusive")
-            for v, e in zip(out, est, strict=True)]
+
+    def equivalent(i: int) -> bool:
+        if not (np.isfinite(se[i]) and df[i] > 0):
+            return False
+        ready = look.final or look.target is None or detectable(se[i], df[i], look, strictest) <= look.target
+        t_eq = float(st.t.isf(nominal_p(2 * alpha, look.fractions) / 2, df[i]))
+        return ready and abs(est[i]) + t_eq * se[i] < margin
+
+    return [v if v is not None else ("equivalent" if equivalent(i) else "inconclusive") for i, v in enumerate(out)]
 
 
 def detectable(se: float, df: float, look: Look, alpha: float = 0.05, power: float = 0.80) -> float:

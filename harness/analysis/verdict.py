@@ -5,12 +5,18 @@ On a shared host the largest noise is the deployment itself: a deployment runs a
 slower than the next for its whole life (where its processes land on the cores), the same at every level. So
 the unit of replication is a deployment, not a window inside one. The estimate at level l is the mean over pairs
 of the stack's minus the baseline's window value, balanced over the pairs' order (AB and BA pairs weighted
-equally), which cancels a linear drift of the host. Its variance comes from a mixed model of the pairs'
-differences d[k, l] = delta[l] + u[k] + e[k, l]: a pair effect u shared by every level of the pair (the two
-deployments' own speeds) and a residual e per window. The two-way decomposition (pairs x levels) estimates
-both, Satterthwaite gives the degrees of freedom, and where the host has an A/A compare of the same profile its
-components are pooled in (more degrees of freedom) and its level is a floor (a compare is never credited with
-less noise than this host has shown).
+equally), which cancels a linear drift of the host. Its variance is the level's own: the variance over the pairs
+of that level's differences d[k, l] (the pair effect shared by a pair's levels and the level's own window noise,
+K - 1 degrees of freedom), pooled with the host's A/A at the same level where one is stored (more degrees of
+freedom). The A/A is pooled in, not a floor: a level's A/A variance has only its pairs - 1 degrees of freedom, and
+the larger of two such estimates overstates the noise (sequential A/As run to the end covered 97.2% where they
+claim 95%, tests/analysis/test_verdict_sequential_mc.py); an A/A pools only into a compare of the same system
+(harness.procedures.compare.noise_key), so both estimate one variance. One residual
+pooled over the levels, as this module did before, lent the quiet levels' certainty to the noisy one: in A/A
+compares whose window noise was 0.5%, 2% and 8% at three levels, the noisy level's 95% interval covered 82% of the
+time and it was called 10% of the time; goodput at 100% on both sides at two levels made the third's false calls
+15% (tests/analysis/test_verdict_levels_mc.py holds the per-level figures). The two-way decomposition (pairs x
+levels, `components`) still sizes the plan and is what an A/A stores, with each level's variance beside it.
 
 Verdicts, per level, with Holm's correction across the compare's levels: `overhead` / `gain` when the corrected
 test rejects "no effect"; `equivalent (±m)` when the 90% interval lies inside ±m (two one-sided tests at 5%);
@@ -62,7 +68,8 @@ def components(d: np.ndarray) -> Components | None:
     resid = d - pair_means[:, None] - level_means[None, :] + d.mean()
     df_res = (k - 1) * (n_lv - 1)
     ms_res = float((resid ** 2).sum() / df_res) if df_res else 0.0
-    return Components(ms_pair=ms_pair, df_pair=k - 1, ms_res=ms_res, df_res=df_res, levels=n_lv, pairs=k)
+    return Components(ms_pair=ms_pair, df_pair=k - 1, ms_res=ms_res, df_res=df_res, levels=n_lv, pairs=k,
+                      level_var=[float(x) for x in np.var(d, axis=0, ddof=1)])
 
 
 def balanced_mean(d: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, float]:
@@ -89,53 +96,105 @@ def holm(p: Sequence[float | None]) -> list[float | None]:
     return out
 
 
+@dataclass(frozen=True)
+class LevelNoise:
+    """One level's variance of one pair's difference, its degrees of freedom, and where it came from when not from
+    the pairs and the A/A (None: no variance to judge by, and why in `note`)."""
+
+    var: float | None
+    df: float
+    note: str | None = None
+
+
+ZERO = 1e-18  # a variance below this is none: every pair differed by the same (goodput 100% on both sides)
+
+
+def level_noise(d: np.ndarray, host: Components | None = None,
+                resolution: Sequence[float | None] | None = None) -> list[LevelNoise]:
+    """Each level's own noise: the variance over the pairs of its differences (pairs - 1 degrees of freedom), pooled
+    with the A/A's at the same level (its own per level where stored, else its variance over levels), weighted by
+    their degrees of freedom. A level's noise is its own: pooling one residual over levels gave the one level whose
+    goodput varied, beside two at 100% on both sides, an interval 6.9x too narrow at 2 pairs x 3 levels. A level whose
+    pairs all differed by exactly the same gets no certainty from it: its variance is floored at the measurement's
+    resolution where the endpoint has one (goodput: one request of a window's n, a uniform rounding of 1/n on each
+    side, so (1/n)^2 / 6 for a difference), and else it has none."""
+    k, n_lv = d.shape
+    per_level = host is not None and len(host.level_var) == n_lv
+    out = []
+    for j in range(n_lv):
+        own, df_own = (float(np.var(d[:, j], ddof=1)), float(k - 1)) if k >= 2 else (0.0, 0.0)
+        h, df_h = ((host.level_var[j], float(host.pairs - 1)) if per_level else (host.variance, host.df)) \
+            if host is not None else (0.0, 0.0)
+        df = df_own + df_h
+        if df <= 0:
+            out.append(LevelNoise(None, 0.0, note="fewer than 2 deployment pairs and no A/A of this profile"))
+            continue
+        var = (df_own * own + df_h * h) / df
+        note = None
+        if var < ZERO:
+            r = resolution[j] if resolution is not None else None
+            if not r:
+                out.append(LevelNoise(None, df, note="every pair differed by exactly the same and no A/A shows this "
+                                                     "host's noise: no variance to judge by"))
+                continue
+            var = r * r / 6
+            note = (f"every pair differed by exactly the same: its variance is floored at the window's resolution "
+                    f"(one request in {round(1 / r)})")
+        out.append(LevelNoise(var, df, note))
+    return out
+
+
 def judge(d: np.ndarray, order: np.ndarray, host: Components | None = None, criteria: Criteria = Criteria(),
-          look: Look | None = None) -> list[Verdict]:
+          look: Look | None = None, resolution: Sequence[float | None] | None = None) -> list[Verdict]:
     """Per-level verdicts of one endpoint. d: stack minus baseline per pair (rows) and level (columns), log
     values for throughput and TTFT, shares for goodput; order: +1/-1 per pair (which side ran first); host: the
-    latest A/A's components (pooled in, and a floor). criteria: the margin, which way is better, and whether d
-    holds log ratios. look: a sequential compare's look (harness.analysis.sequential): its boundaries replace the
-    fixed design's 5% and 90%, and what an earlier look decided stays decided."""
+    latest A/A's components (pooled in level by level). criteria: the margin, which way is better, and
+    whether d holds log ratios. look: a sequential compare's look (harness.analysis.sequential): its boundaries
+    replace the fixed design's 5% and 90%, and what an earlier look decided stays decided. resolution: per level,
+    the smallest step the endpoint's window value takes (goodput: 1 / requests), the floor of a zero variance."""
     d = np.asarray(d, dtype=float)
     order = np.asarray(order)
     keep = ~np.isnan(d).any(axis=1)
     d, order = d[keep], order[keep]
-    own = components(d) if len(d) >= 2 else None
-    comp = own.pooled(host) if own is not None else host
-    if not len(d) or comp is None or (comp.df <= 0 and (comp.variance > 0 or comp.df_pair + comp.df_res <= 0)):
-        est = d.mean(axis=0) if len(d) else np.full(d.shape[1], np.nan)
-        return [Verdict(estimate=float(e) if np.isfinite(e) else None, lo=None, hi=None, se=None, df=None, p=None,
-                        pairs=len(d)) for e in est]
-    var, df = comp.variance, comp.df
-    if var == 0 and df <= 0:  # every pair differed by exactly the same (goodput 100% on both sides, say)
-        df = float(comp.df_pair + comp.df_res)
-    floored = host is not None and own is not None and host.variance > own.pooled(host).variance
-    if floored:
-        var = host.variance
-    est, factor = balanced_mean(d, order)
-    se = math.sqrt(var * factor)
-    t, t_power, t90 = (float(x) for x in st.t.ppf([1 - ALPHA / 2, POWER, 1 - ALPHA], df))
-    ps = 2 * st.t.sf(np.abs(est) / se, df) if se > 0 else np.where(est != 0, 0.0, 1.0)
-    mde = (t + t_power) * se if look is None else sequential.detectable(se, df, look)
-    out = [Verdict(estimate=float(e), lo=float(e - t * se), hi=float(e + t * se), se=se, df=df, p=float(p),
-                   mde=mde, pairs=len(d), floored=floored) for e, p in zip(est, ps, strict=True)]
+    noise = level_noise(d, host, resolution)
+    if len(d):
+        est, factor = balanced_mean(d, order)
+    else:
+        est, factor = np.full(d.shape[1], np.nan), 1.0
+    out = []
+    for e, n in zip(est, noise, strict=True):
+        if n.var is None or not np.isfinite(e):
+            out.append(Verdict(estimate=float(e) if np.isfinite(e) else None, lo=None, hi=None, se=None,
+                               df=n.df or None, p=None, pairs=len(d), note=n.note))
+            continue
+        se = math.sqrt(n.var * factor)
+        t, t_power = (float(x) for x in st.t.ppf([1 - ALPHA / 2, POWER], n.df))
+        mde = (t + t_power) * se if look is None else sequential.detectable(se, n.df, look)
+        out.append(Verdict(estimate=float(e), lo=float(e - t * se), hi=float(e + t * se), se=se, df=n.df,
+                           p=float(2 * st.t.sf(abs(e) / se, n.df)), mde=mde, pairs=len(d),
+                           note=n.note))
     bound, direction = criteria.bound, criteria.direction
     for v, ph in zip(out, holm([v.p for v in out]), strict=True):
         v.p_holm = ph
-        v.verdict = _call(v, ph, t90, bound, direction)
+        v.verdict = _call(v, ph, bound, direction) if v.p is not None else "inconclusive"
     if look is not None:
-        for v, call in zip(out, sequential.calls(Estimates(est, se, df, ps), look, bound, direction), strict=True):
+        nan = math.nan
+        e = Estimates(est=np.array([v.estimate if v.se is not None else nan for v in out], dtype=float),
+                      se=np.array([v.se if v.se is not None else nan for v in out], dtype=float),
+                      df=np.array([v.df if v.se is not None else nan for v in out], dtype=float),
+                      p=np.array([v.p if v.p is not None else nan for v in out], dtype=float))
+        for v, call in zip(out, sequential.calls(e, look, bound, direction), strict=True):
             v.verdict = call
     return out
 
 
-def _call(v: Verdict, p_holm: float | None, t90: float, margin: float, direction: int) -> str:
+def _call(v: Verdict, p_holm: float | None, margin: float, direction: int) -> str:
     """overhead / gain: Holm's corrected test rejects no effect; equivalent: both one-sided 5% tests reject an
     effect of the margin (the 90% interval inside it); inconclusive otherwise."""
     assert v.estimate is not None
     if p_holm is not None and p_holm < ALPHA:
         return "gain" if v.estimate * direction > 0 else "overhead"
-    if v.se is not None and abs(v.estimate) + t90 * v.se < margin:
+    if v.se is not None and v.df and abs(v.estimate) + float(st.t.ppf(1 - ALPHA, v.df)) * v.se < margin:
         return "equivalent"
     return "inconclusive"
 

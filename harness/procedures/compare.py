@@ -4,8 +4,8 @@ down and verified freed before the next starts), the same profile with fresh uni
 verdicts of throughput, goodput and TTFT p95 with their intervals (harness.analysis.deltas, harness.analysis.verdict),
 each side's
 means, whether it was steady, and where the CPU went, process by process. `compare --stack vllm` is the A/A run:
-bare vLLM against bare vLLM, this host's noise for the profile; every later compare of the profile pools its
-variance in and is floored at it."""
+bare vLLM against bare vLLM, this host's noise for the profile; every later compare of the same system and profile
+pools its variance in."""
 
 from __future__ import annotations
 

@@ -94,7 +94,7 @@ def settle(s: SweepSummary, runs: dict[str, RunSummary], failures: dict[str, str
            host: dict | None = None) -> None:
     """Per point the layer's deltas; for a setting, the change's effect on each side; the one-sentence answer.
     host: the latest A/A's variance components for the profile. A sweep deploys each value once, so its verdicts
-    rest on the host's A/A (pooled in, and a floor): without one they are inconclusive, and the sentence says so."""
+    rest on the host's A/A (pooled in): without one they are inconclusive, and the sentence says so."""
     levels, open_loop = profile.levels(), profile.open_loop
     how = {"host": host or {}, "margin": profile.equivalence_margin}
     for p in s.points:

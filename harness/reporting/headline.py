@@ -148,9 +148,11 @@ def verdict_table(s: CompareSummary):
     """Per level: its verdict and each endpoint's estimate, 95% interval and verdict, and throughput's MDE."""
     caption = (f"Each level's verdict is its worst significant endpoint. The unit is a deployment: {s.pairs} "
                f"pair(s) of a baseline and a stack deployment {_design(s)}, "
-               f"{s.repeats} sweep(s) each; the interval comes from a mixed model of the pairs' differences (a pair "
-               "effect shared by the levels, and a residual per window), in log terms for throughput and TTFT p95 and "
-               "in points for goodput, with Holm's correction across the levels. Overhead/gain: the corrected test "
+               f"{s.repeats} sweep(s) each; each level's interval comes from that level's own pair differences (the "
+               "pairs' own speeds and its windows' noise; pooled with the host's A/A at the level where one is "
+               "stored), in log terms for throughput and TTFT p95 and in points for goodput (a level whose pairs "
+               "all differed by the same floored at one request of a window), with Holm's correction across the "
+               "levels. Overhead/gain: the corrected test "
                f"rejects no effect; equivalent: the 90% interval lies within ±{100 * s.margin:.0f}% (goodput: "
                "points" + (f"; TTFT p95: ±{100 * s.ttft_margin:.0f}%" if s.ttft_margin else "") + "); otherwise "
                "inconclusive, with the smallest throughput change this run could have detected (80% power). "
@@ -158,7 +160,7 @@ def verdict_table(s: CompareSummary):
                   "was decided; each look tests at an O'Brien-Fleming-type group-sequential boundary (Lan-DeMets "
                   "alpha spending), so looking often does not raise the 5% false-positive rate, and a decision "
                   "stays made (the 'decided after' column). " if s.stopping else "")
-               + (f"Pooled with, and floored at, this host's latest A/A of the profile ({s.aa.run_id})."
+               + (f"Pooled with this host's latest A/A of the profile ({s.aa.run_id})."
                   if s.aa and s.aa.components else "No A/A of this profile on this host yet (`make compare "
                   "STACK=vllm PROFILE=...`): the intervals rest on this compare's pairs alone."))
     rows = [[lv.level_text, f"**{lv.verdict}**" + (f" ({lv.why})" if lv.why and lv.judged else ""),

@@ -21,7 +21,7 @@ class AAReference(BaseModel):
     run_id: str
     # level (c, or req/s in an open loop) -> (delta %, interval half-width %, verdict)
     levels: dict[int | float, tuple[float | None, float | None, str]]
-    components: dict[str, Components] = {}  # per endpoint: its variance components (pooled in, and a floor)
+    components: dict[str, Components] = {}  # per endpoint: its variance components (pooled in)
     pairs: int = 0
 
 

@@ -18,6 +18,9 @@ class Components(BaseModel):
     df_res: float
     levels: int
     pairs: int
+    # each level's variance of one pair's difference, over the pairs (ddof 1; pairs - 1 degrees of freedom): an
+    # A/A's own per level, what a later compare pools in level by level ([] in one stored before it was kept)
+    level_var: list[float] = []
 
     @property
     def variance(self) -> float:
@@ -62,7 +65,8 @@ class Verdict(BaseModel):
     mde: float | None = None  # the smallest effect this run could detect (80% power at 5%), in the same units
     verdict: str = "inconclusive"  # overhead | gain | equivalent | inconclusive
     pairs: int = 0
-    floored: bool = False  # the host's A/A noise was larger than this run's and was used
+    floored: bool = False  # reports before 2026-12-07 only: the A/A was a floor then, it is pooled in now
+    note: str | None = None  # where the variance came from when not from the pairs alone, or why there is none
 
 
 class Instability(BaseModel):
@@ -83,7 +87,7 @@ class DeltaInterval(BaseModel):
     df: float | None  # the interval's degrees of freedom (Satterthwaite)
     n_baseline: int  # deployments of each side behind it
     n_stack: int
-    source: str  # e.g. "4 deployment pairs", ", floored at this host's A/A"
+    source: str  # e.g. "4 deployment pairs"
 
     @property
     def half_width_pct(self) -> float:

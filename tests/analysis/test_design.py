@@ -4,6 +4,8 @@ window, the GPU-like calibration's choices, the verdict's edge cases, and the en
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -38,12 +40,34 @@ def test_the_order_balanced_mean_cancels_a_linear_drift():
 
 
 def test_holm_and_a_verdict_without_any_spread():
+    """Pairs that all differ by exactly the same give no certainty: the variance is floored at the window's
+    resolution where the endpoint has one (goodput: one request of 30), and else the level has no interval."""
     assert holm([0.01, 0.04, None, 0.03]) == [0.03, 0.06, None, 0.06]
     shares = Criteria(log_scale=False)
+    order = np.array([1, -1, -1])
     same = np.full((3, 2), -0.5)  # goodput 100% -> 50% in every pair
-    assert [v.verdict for v in judge(same, np.array([1, -1, -1]), criteria=shares)] == ["overhead", "overhead"]
-    none = np.zeros((3, 2))
-    assert [v.verdict for v in judge(none, np.array([1, -1, -1]), criteria=shares)] == ["equivalent"] * 2
+    bare = judge(same, order, criteria=shares)
+    assert [v.verdict for v in bare] == ["inconclusive"] * 2 and all(v.p is None and v.lo is None for v in bare)
+    assert "no variance to judge by" in bare[0].note
+    floored = judge(same, order, criteria=shares, resolution=[1 / 30] * 2)
+    assert [v.verdict for v in floored] == ["overhead"] * 2 and all(v.p > 0 for v in floored)
+    assert floored[0].se == pytest.approx(math.sqrt((1 / 30) ** 2 / 6 * (1 + 1 / 2) / 4))
+    assert "resolution" in floored[0].note
+    none = np.zeros((3, 2))  # 100% against 100%: equivalent only as far as 30 requests a window can tell
+    assert [v.verdict for v in judge(none, order, criteria=shares, resolution=[1 / 30] * 2)] == ["equivalent"] * 2
+    assert [v.verdict for v in judge(none, order, criteria=shares, resolution=[1 / 4] * 2)] == ["inconclusive"] * 2
+    assert [v.verdict for v in judge(none, order, criteria=shares)] == ["inconclusive"] * 2
+
+
+def test_each_level_has_its_own_noise():
+    """Goodput at 100% on both sides at two levels and varying at the third: the third's interval is its own
+    pairs' (t on 1 degree of freedom for 2 pairs), not a residual pooled with the two silent levels."""
+    d = np.array([[0.0, 0.0, 0.048], [0.0, 0.0, 0.037]])  # 20261204-224224's c=16 goodput, from its components
+    v = judge(d, np.array([1, -1]), criteria=Criteria(log_scale=False), resolution=[1 / 30] * 3)[2]
+    assert v.df == 1 and v.se == pytest.approx(abs(0.048 - 0.037) / 2)
+    assert 0.05 < v.p < 0.15 and v.verdict == "inconclusive"
+    pooled_se = math.sqrt(components(d).variance / 2)
+    assert v.se > 1.5 * pooled_se  # the pooled residual was far too narrow
 
 
 def test_host_components_pool_across_level_counts():

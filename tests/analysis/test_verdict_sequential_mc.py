@@ -2,7 +2,7 @@
 (SETTINGS, simulate()), judged as a sequential compare judges them: pairs in counterbalanced order, a look after
 every pair from the second on (harness.analysis.sequential's spending boundaries through verdict.judge's `look`),
 a level's first decision (overhead, gain or equivalent) kept, and the compare stopped once every level is decided
-or at its last look. The host's floor is an A/A of the same design: vLLM against itself, run sequentially and
+or at its last look. The host's A/A, pooled in, is one of the same design: vLLM against itself, run sequentially and
 stopped where it stops. 400 compares per case; seeded generators, so a failure reproduces.
 
 Each design's most pairs, and why:
@@ -80,9 +80,9 @@ def sequential(setting: str, d: np.ndarray, order: np.ndarray, host: Components 
 
 @cache
 def hosts(setting: str) -> tuple[Components, ...]:
-    """Each compare's host floor: an A/A of the same design, stopped where it stops, with no floor of its own (a
-    host's first A/A has none). An A/A that stopped early, equivalent, is the one whose noise happened to be low:
-    a floor taken from it is lower than the host's noise, and the compares must keep their promises anyway."""
+    """Each compare's host A/A: one of the same design, stopped where it stops, with no A/A of its own (a host's
+    first A/A has none). An A/A that stopped early, equivalent, is the one whose noise happened to be low:
+    a variance pooled from it is lower than the host's noise, and the compares must keep their promises anyway."""
     sd, sw, _ = SETTINGS[setting]
     rng = np.random.default_rng([61, [*SETTINGS].index(setting)])
     out = []
@@ -140,7 +140,7 @@ def test_t6_mid_finds_a_10_percent_overhead():
 # --- T6.3: pairs used against the fixed design -----------------------------------------------------------------
 
 def fixed_power(setting: str, true: float, k: int) -> float:
-    """The fixed design with k pairs (judge without a look, its host floor an A/A of k pairs, as T1-T5): the
+    """The fixed design with k pairs (judge without a look, its host A/A one of k pairs, as T1-T5): the
     share of levels it calls overhead."""
     sd, sw, _ = SETTINGS[setting]
     rng = np.random.default_rng([62, [*SETTINGS].index(setting), round(1000 * true), k])

@@ -224,16 +224,16 @@ def test_a_level_that_broke_below_one_that_held_is_not_every_level_held():
 # --- the headline ---------------------------------------------------------------------------------------------
 
 def test_headline_names_the_worst_significant_endpoint_at_its_level():
-    # c=1 alike, c=4: goodput 100% -> 90% in both pairs (and throughput and TTFT worse, but inside the pairs'
+    # c=1 alike, c=4: goodput 100% -> 50% in both pairs (and throughput and TTFT worse, but inside the pairs'
     # spread), c=8 measured by the baseline only (the stack died)
     s = compare(pair(1, 100, ttft_p95=100.0) + pair(4, 400, ttft_p95=200.0) + pair(8, 800),
-                pair(1, 100, ttft_p95=110.0) + pair(4, 320, ttft_p95=300.0, goodput=0.9))
+                pair(1, 100, ttft_p95=110.0) + pair(4, 320, ttft_p95=300.0, goodput=0.5))
     assert [lv.verdict for lv in s.levels] == ["inconclusive", "overhead", "missing"]
     c4 = s.levels[1]
     assert c4.why == "goodput" and c4.endpoints["throughput"].verdict == "inconclusive"
     assert c4.delta_pct == pytest.approx(-20.0) and c4.ci is not None and c4.ci.lo_pct < -20 < c4.ci.hi_pct
     lines = decision(s)
-    assert lines[0].startswith("**ray at c=4 against bare vLLM 0.32.0: overhead: goodput 100% → 90%; throughput "
+    assert lines[0].startswith("**ray at c=4 against bare vLLM 0.32.0: overhead: goodput 100% → 50%; throughput "
                                "inconclusive (could have detected ±")
     assert "TTFT p95 inconclusive" in lines[0] and lines[0].endswith("TTFT p95 200 → 300 ms)")
     assert starting(lines, "by level") == ["by level (Holm's correction across the 2 judged levels; 2 deployment "
@@ -242,11 +242,11 @@ def test_headline_names_the_worst_significant_endpoint_at_its_level():
 
 
 def test_headline_names_the_shape_and_a_gain():
-    s = compare(pair(1, 100), [window(1, 0, tok_s=120 * 1.01, ttft_p95=190), window(1, 1, tok_s=120 * 0.99,
+    s = compare(pair(1, 100), [window(1, 0, tok_s=120 * 1.02, ttft_p95=190), window(1, 1, tok_s=120 * 0.99,
                                                                                    ttft_p95=210)])
     s.shape = "raw mode"
     head = decision(s)[0]
-    assert head.startswith("**ray (raw mode) at c=1 against bare vLLM 0.32.0: gain: throughput +20.0%")
+    assert head.startswith("**ray (raw mode) at c=1 against bare vLLM 0.32.0: gain: throughput +20.6%")
     assert starting(decision(s), "by level") == ["by level (Holm's correction across the 1 judged levels; 2 "
                                                  "deployment pairs): gain at c=[1] (throughput)"]
 
@@ -366,7 +366,7 @@ def flat(text: str) -> str:
 
 
 def test_terminal_summary_prints_headline_delta_table_and_report_path(tmp_path):
-    s = compare(pair(1, 100) + pair(4, 400), pair(1, 100) + pair(4, 320, ttft_p95=300.0, goodput=0.9),
+    s = compare(pair(1, 100) + pair(4, 400), pair(1, 100) + pair(4, 320, ttft_p95=300.0, goodput=0.5),
                 slo=SLO(ttft_s=0.5))
     console = Console(record=True, width=200, file=io.StringIO())
     report = tmp_path / "reports" / "t" / "report.md"
@@ -374,7 +374,7 @@ def test_terminal_summary_prints_headline_delta_table_and_report_path(tmp_path):
     text = console.export_text()
     plain = flat(text)
     assert "ray vs vllm — t" in plain  # the panel's title
-    assert "ray at c=4 against bare vLLM 0.32.0: overhead: goodput 100% → 90%" in plain
+    assert "ray at c=4 against bare vLLM 0.32.0: overhead: goodput 100% → 50%" in plain
     assert "**" not in text  # Markdown bold is rendered, not printed
     assert "overhead at c=[4] (goodput); inconclusive at c=[1]" in plain
     assert "verdicts by level (" in text
@@ -382,7 +382,7 @@ def test_terminal_summary_prints_headline_delta_table_and_report_path(tmp_path):
     assert set(rows) == {"c=1", "c=4"}
     assert "inconclusive" in rows["c=1"] and "+0.0%" in rows["c=1"]
     assert "overhead (goodput)" in rows["c=4"] and "-20.0%" in rows["c=4"] and s.levels[1].ci.text() in rows["c=4"]
-    assert "200 / 300" in rows["c=4"] and "100% / 90%" in rows["c=4"]
+    assert "200 / 300" in rows["c=4"] and "100% / 50%" in rows["c=4"]
     assert f"report: {report} (+ report.html: one file, plots inline); results: {tmp_path / 'results' / 't'} " \
            "(status: complete)" in plain
 
