@@ -65,7 +65,6 @@ class Verdict(BaseModel):
     mde: float | None = None  # the smallest effect this run could detect (80% power at 5%), in the same units
     verdict: str = "inconclusive"  # overhead | gain | equivalent | inconclusive
     pairs: int = 0
-    floored: bool = False  # reports before 2026-12-07 only: the A/A was a floor then, it is pooled in now
     note: str | None = None  # where the variance came from when not from the pairs alone, or why there is none
 
 
