@@ -58,7 +58,15 @@ def test_an_open_loop_rate_is_split_and_both_halves_keep_their_schedule(tmp_path
     records = _measured(run)
     assert lv.sent == len(records) >= 400
     assert set(Counter(r["worker"] for r in records)) == {0, 1}
-    assert lv.stats.achieved_rate == pytest.approx(200, rel=0.15)  # together, the level's rate
+    # together, the level's rate: the schedule the two halves drew (400 Poisson arrivals: ~5% sd about 200)
+    assert lv.stats.scheduled_rate == pytest.approx(200, rel=0.15)
+    for w in (0, 1):  # each half drew its own half of it
+        due = sorted(r["t_due_ns"] for r in records if r["worker"] == w)
+        assert (len(due) - 1) / ((due[-1] - due[0]) / 1e9) == pytest.approx(100, rel=0.2), w
+    # keeping to it is the host's doing (a loaded 2-core CI host sent at 168 req/s, 2026-12-07): where the client
+    # fell behind, the level says so rather than passing as 200 req/s
+    if lv.stats.achieved_rate < 0.85 * lv.stats.scheduled_rate:
+        assert lv.stats.off_schedule, lv.stats
 
 
 def test_auto_stays_at_one_process_on_a_host_without_cores_for_the_client(tmp_path, write_profile):
