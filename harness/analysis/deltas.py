@@ -1,5 +1,5 @@
 """Per level, what a compare concludes from both sides' windows: the three co-primary endpoints' verdicts
-(harness.analysis.judging, harness.analysis.verdict), the level's verdict (the worst significant endpoint), each
+(harness.analysis.judging, harness.analysis.verdict), the level's verdict (its significant endpoints), each
 side's means,
 where the CPU went, and which windows were not steady. A level the run could not honour (the client out of
 CPU, or the host stretching a GPU-like engine's step) carries no verdict."""
@@ -56,13 +56,16 @@ def _window(lv: LevelSummary) -> str:
 
 
 def combined(vs: dict[str, Verdict]) -> tuple[str, str | None]:
-    """The level's verdict: overhead when any endpoint is one (the worst significant endpoint decides), else gain
-    when any is one, equivalent when all three are, else inconclusive; with the endpoints behind it."""
+    """The level's verdict: overhead when an endpoint is one and none is a gain, gain when one is and none is an
+    overhead, mixed when both (the label never contradicts an endpoint's significant effect: "TTFT p95 gain,
+    throughput overhead"), equivalent when all three are, else inconclusive; with the endpoints behind it."""
     names = {ep.key: ep.name for ep in ENDPOINTS}
+    hit = {call: [names[k] for k, v in vs.items() if v.verdict == call] for call in ("overhead", "gain")}
+    if hit["overhead"] and hit["gain"]:
+        return "mixed", f"{', '.join(hit['gain'])} gain, {', '.join(hit['overhead'])} overhead"
     for call in ("overhead", "gain"):
-        hit = [names[k] for k, v in vs.items() if v.verdict == call]
-        if hit:
-            return call, ", ".join(hit)
+        if hit[call]:
+            return call, ", ".join(hit[call])
     if vs and all(v.verdict == "equivalent" for v in vs.values()):
         return "equivalent", None
     return "inconclusive", None

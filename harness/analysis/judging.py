@@ -1,7 +1,8 @@
 """A compare's three co-primary endpoints, judged per level with the deployment pair as the unit
-(harness.analysis.verdict): output tok/s over each window's steady part and TTFT p95, both in log terms, and goodput in
-points. The window is each deployment's value, never the request: slow TTFTs come in streaks (on the 2-core
-host, 10-58 slow requests in a row where independence would give 3-12), so requests are not independent.
+(harness.analysis.verdict), every level and endpoint one family with one error budget (WEIGHTS): output tok/s over
+each window's steady part and TTFT p95, both in log terms, and goodput in points. The window is each deployment's
+value, never the request: slow TTFTs come in streaks (on the 2-core host, 10-58 slow requests in a row where
+independence would give 3-12), so requests are not independent.
 
 `instability`: whether the stack's windows spread far more than the baseline's at the same levels
 (Brown-Forsythe: a one-way test on the absolute deviations from each level's median, pooled over levels)."""
@@ -16,7 +17,7 @@ import numpy as np
 from scipy import stats as st
 
 from harness.analysis.sequential import Looks
-from harness.analysis.verdict import MARGIN, Criteria, components, judge
+from harness.analysis.verdict import ALPHA, MARGIN, Criteria, Hypothesis, components, decide, estimate
 from harness.schemas import Components, Instability, LevelSummary, RunSummary, Verdict
 
 UNSTABLE_RATIO = 2.0  # the stack's spread must be at least this multiple of the baseline's, and significant
@@ -74,8 +75,8 @@ def differences(base: RunSummary | None, stack: RunSummary | None, levels: Seque
 @dataclass(frozen=True)
 class Design:
     """How a compare's levels are judged: which side each pair ran first (+1: the baseline, -1: the stack, per pair
-    index; a pair past the end counts +1), the host's latest A/A variance components per endpoint (pooled in, and a
-    floor), the equivalence margin (a share) and TTFT p95's own where it has one, and a sequential compare's look
+    index; a pair past the end counts +1), the host's latest A/A variance components per endpoint (pooled in level by
+    level), the equivalence margin (a share) and TTFT p95's own where it has one, and a sequential compare's look
     (its boundaries, and what earlier looks decided)."""
 
     order: Sequence[int] = ()
@@ -85,21 +86,64 @@ class Design:
     looks: Looks | None = None
 
 
+# Each endpoint's share of a compare's one error budget (5%), split evenly over its judged levels. Throughput is
+# the endpoint the compare is sized for (the profile's target_mde, harness.measure.planning), so it keeps most of
+# the budget; a goodput collapse or a TTFT blow-up behind a layer is large (goodput 100% -> 18%, TTFT p95 x2.9 in
+# the committed examples), and a fifth of the budget still finds it.
+WEIGHTS = {"throughput": 0.6, "goodput": 0.2, "ttft_p95": 0.2}
+
+
+@dataclass(frozen=True)
+class Part:
+    """One endpoint's pair differences at levels measured by the same pairs (pairs x levels), which side each pair
+    ran first, and goodput's resolution per level (None for a log endpoint)."""
+
+    ep: Endpoint
+    d: np.ndarray
+    signs: np.ndarray
+    levels: Sequence[float]
+    res: Sequence[float | None] | None = None
+
+
+def _hypotheses(part: Part, n_levels: int, design: Design) -> list[Hypothesis]:
+    """One part's tests, not yet called; n_levels: the compare's judged levels, over which the endpoint's share of
+    the budget is split."""
+    ep, d, signs, levels, res = part.ep, part.d, part.signs, part.levels, part.res
+    m = design.ttft_margin if ep.key == "ttft_p95" and design.ttft_margin else design.margin
+    w = WEIGHTS[ep.key] / n_levels
+    look = design.looks.endpoint(ep.key, list(levels), ep.log, m) if design.looks else None
+    vs = estimate(d, signs, design.host.get(ep.key), look, res, ALPHA * w)
+    criteria = Criteria(m, ep.direction, ep.log)
+    earlier = look.earlier if look is not None else ()
+    return [Hypothesis(v, criteria, w, earlier[j] if j < len(earlier) else None, look.target if look else None)
+            for j, v in enumerate(vs)]
+
+
+def judge_differences(ds: Mapping[str, np.ndarray], signs: np.ndarray, levels: Sequence[float],
+                      design: Design, resolution: Sequence[float | None] | None = None) -> dict[str, list[Verdict]]:
+    """The compare's verdicts from its pair differences (endpoint -> pairs x levels, every pair at every level), its
+    levels x endpoints one family: judge_endpoints without the summaries."""
+    family = {ep.key: _hypotheses(Part(ep, ds[ep.key], signs, levels, None if ep.log else resolution), len(levels),
+                                  design) for ep in ENDPOINTS if ep.key in ds}
+    decide([h for hs in family.values() for h in hs], design.looks.look() if design.looks else None)
+    return {k: [h.verdict for h in hs] for k, hs in family.items()}
+
+
 def judge_endpoints(base: RunSummary | None, stack: RunSummary | None, levels: Sequence[float],
                     design: Design) -> tuple[dict[str, list[Verdict]], dict[str, Components]]:
-    """Per endpoint, one Verdict per level (levels: those that get a verdict), and this compare's own variance
-    components (what a later compare floors at, when this is an A/A)."""
-    order, host, looks = design.order, design.host, design.looks
-    verdicts: dict[str, list[Verdict]] = {}
+    """Per endpoint, one Verdict per level (levels: those that get a verdict), the compare's levels x endpoints
+    judged as one Holm family (WEIGHTS); and this compare's own variance components (what a later compare pools
+    in, when this is an A/A)."""
+    order = design.order
+    found: dict[str, list[Hypothesis | None]] = {}
     own: dict[str, Components] = {}
     for ep in ENDPOINTS:
-        m = design.ttft_margin if ep.key == "ttft_p95" and design.ttft_margin else design.margin
+        out: list[Hypothesis | None] = [None] * len(levels)
+        found[ep.key] = out
         if not levels:
-            verdicts[ep.key] = []
             continue
         d, pairs = differences(base, stack, levels, ep)
         signs = np.array([order[k] if k < len(order) else 1 for k in pairs])
-        out: list[Verdict | None] = [None] * len(levels)
         # levels measured by the same pairs are judged together (a side that died at its top level in one pair
         # leaves that level to the pairs that measured it, and the other levels to all of them)
         groups: dict[tuple[int, ...], list[int]] = {}
@@ -107,15 +151,14 @@ def judge_endpoints(base: RunSummary | None, stack: RunSummary | None, levels: S
             groups.setdefault(tuple(np.flatnonzero(~np.isnan(d[:, j]))), []).append(j)
         for rows, cols in groups.items():
             sub = d[np.ix_(list(rows), cols)] if rows else np.empty((0, len(cols)))
-            look = looks.endpoint(ep.key, [levels[j] for j in cols], ep.log, m) if looks else None
             res = [resolution(base, stack, levels[j]) for j in cols] if not ep.log else None
-            for j, v in zip(cols, judge(sub, signs[list(rows)], host.get(ep.key), Criteria(m, ep.direction, ep.log),
-                                        look, res), strict=True):
-                out[j] = v
+            part = Part(ep, sub, signs[list(rows)], [levels[j] for j in cols], res)
+            for j, h in zip(cols, _hypotheses(part, len(levels), design), strict=True):
+                out[j] = h
             if len(cols) == len(levels) and (c := components(sub)) is not None:
                 own[ep.key] = c
-        verdicts[ep.key] = [v for v in out if v is not None]
-    return verdicts, own
+    decide([h for hs in found.values() for h in hs if h is not None], design.looks.look() if design.looks else None)
+    return {k: [h.verdict for h in hs if h is not None] for k, hs in found.items()}, own
 
 
 def _deviations(run: RunSummary | None, levels: Sequence[float]) -> tuple[list[float], list[float]]:

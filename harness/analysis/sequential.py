@@ -14,9 +14,9 @@ Methods with Applications to Clinical Trials", 2000, ch. 7 and 19), integrated n
 
 A look's boundary is applied to the t-statistic through its nominal p-value (the two-sided p that c_j has under
 the normal), the usual way a spending boundary is carried to small samples. Equivalence (two one-sided tests at
-5% each) uses the same spending at 10% two-sided. Holm's step-down across levels is done at each look with the
-boundaries of alpha / (hypotheses left), and a level rejected at one look stays rejected (a sequential Holm,
-Tamhane, Mehta & Liu, Biometrics 2010)."""
+5% each) uses the same spending at 10% two-sided. Holm's step-down across the compare's levels and endpoints is
+done at each look with the boundaries of each hypothesis' share of alpha (its weight over the weight of those left),
+and one rejected at one look stays rejected (a sequential Holm, Tamhane, Mehta & Liu, Biometrics 2010)."""
 
 from __future__ import annotations
 
@@ -121,45 +121,65 @@ class Look:
 
 @dataclass(frozen=True)
 class Estimates:
-    """One endpoint's tests at one look: per level the estimate, its standard error and degrees of freedom (each
-    level's own noise, harness.analysis.verdict.level_noise) and its (unadjusted) two-sided p-value; NaN where a
-    level has no variance to judge by."""
+    """A family of tests at one look (one endpoint's levels, or a compare's levels x endpoints): per hypothesis the
+    estimate, its standard error and degrees of freedom (each level's own noise,
+    harness.analysis.verdict.level_noise) and its (unadjusted) two-sided p-value, NaN where a level has no variance
+    to judge by; its equivalence margin (in the estimate's terms), which way is better, its share of the family's
+    alpha (weight; None: equal shares), what an earlier look decided, and the effect it must be able to detect before
+    it is called equivalent (NaN: none)."""
 
     est: np.ndarray
     se: np.ndarray
     df: np.ndarray
     p: np.ndarray
+    margin: np.ndarray | float = 0.05
+    direction: np.ndarray | int = 1
+    weight: np.ndarray | None = None
+    earlier: tuple[str | None, ...] = ()
+    target: np.ndarray | float | None = None
+
+    def of(self, name: str, i: int) -> float:
+        x = getattr(self, name)
+        return float(x[i]) if isinstance(x, np.ndarray) else float(math.nan if x is None else x)
 
 
-def calls(e: Estimates, look: Look, margin: float, direction: int, alpha: float = 0.05) -> list[str]:
-    """Per level, this look's verdict: a level an earlier look decided keeps its verdict; the open ones go through
-    Holm's step-down at this look's boundaries (alpha / the hypotheses not yet rejected, then one fewer, ...), and
-    those not rejected are `equivalent` when the two one-sided tests of the margin pass at this look's boundary
-    (spending 2 x 5%, two-sided) and, before the last look, this look could detect `look.target`; else
-    `inconclusive`. margin: in the estimates' own terms (a log ratio, or a difference of shares)."""
+def calls(e: Estimates, look: Look, alpha: float = 0.05) -> list[str]:
+    """Per hypothesis, this look's verdict: one an earlier look decided keeps its verdict; the open ones go through a
+    weighted Holm step-down at this look's boundaries (hypothesis i at alpha x w_i / the weight of those not yet
+    rejected; a rejected one's share passes to the rest: Holm 1979's weighted procedure, carried to group-sequential
+    looks as Maurer & Bretz, Statistics in Biopharmaceutical Research 5 (2013)
+    311-320, doi:10.1080/19466315.2013.807748, do), and those not rejected
+    are `equivalent` when the two one-sided tests of the margin pass at this look's boundary (spending 2 x 5%,
+    two-sided) and, before the last look, this look could detect the hypothesis' target; else `inconclusive`.
+    The look's own `earlier` and `target` stand in where the family has none."""
     est, se, df, p = e.est, e.se, e.df, e.p
     m = len(est)
-    out: list[str | None] = [look.earlier[i] if i < len(look.earlier) else None for i in range(m)]
-    rejected = sum(v in ("overhead", "gain") for v in out)
+    w = np.full(m, 1.0) if e.weight is None else np.asarray(e.weight, dtype=float)
+    earlier = e.earlier or look.earlier
+    out: list[str | None] = [earlier[i] if i < len(earlier) else None for i in range(m)]
+    left = first = float(sum(w[i] for i in range(m) if out[i] not in ("overhead", "gain")))
     testable = [i for i in range(m) if out[i] is None and np.isfinite(p[i])]
-    for r, i in enumerate(sorted(testable, key=lambda i: p[i])):
-        if p[i] < nominal_p(alpha / (m - rejected - r), look.fractions):
-            out[i] = "gain" if est[i] * direction > 0 else "overhead"
+    for i in sorted(testable, key=lambda i: p[i] / w[i]):
+        if left > 0 and p[i] < nominal_p(alpha * w[i] / left, look.fractions):
+            out[i] = "gain" if est[i] * e.of("direction", i) > 0 else "overhead"
+            left -= w[i]
         else:
             break
-    # Before the last look a level is called equivalent only once this look could also have found the target
-    # effect (at Holm's strictest level): a 3% overhead lies inside a 5% margin, and calling it equivalent after
-    # two pairs would stop the compare before it can be seen. The rule reads the interval's width, not the
-    # estimate, so stopping does not select estimates near zero (which would make the intervals at stop cover
-    # more than they say).
-    strictest = alpha / max(1, m - rejected)
+    # Before the last look a hypothesis is called equivalent only once this look could also have found the target
+    # effect (at its share of Holm's strictest level): a 3% overhead lies inside a 5% margin, and calling it
+    # equivalent after two pairs would stop the compare before it can be seen. The rule reads the interval's width,
+    # not the estimate, so stopping does not select estimates near zero (which would make the intervals at stop
+    # cover more than they say).
 
     def equivalent(i: int) -> bool:
         if not (np.isfinite(se[i]) and df[i] > 0):
             return False
-        ready = look.final or look.target is None or detectable(se[i], df[i], look, strictest) <= look.target
+        target = e.of("target", i) if e.target is not None else (look.target if look.target is not None
+                                                                  else math.nan)
+        strictest = alpha * w[i] / max(first, w[i])  # the share before this look's rejections
+        ready = look.final or not math.isfinite(target) or detectable(se[i], df[i], look, strictest) <= target
         t_eq = float(st.t.isf(nominal_p(2 * alpha, look.fractions) / 2, df[i]))
-        return ready and abs(est[i]) + t_eq * se[i] < margin
+        return ready and abs(est[i]) + t_eq * se[i] < e.of("margin", i)
 
     return [v if v is not None else ("equivalent" if equivalent(i) else "inconclusive") for i, v in enumerate(out)]
 
@@ -180,6 +200,10 @@ class Looks:
     fractions: tuple[float, ...]
     decided: dict[str, dict[float, str]]
     target_mde: float
+
+    def look(self) -> Look:
+        """This look as a family sees it (what each hypothesis decided earlier, and its target, come with it)."""
+        return Look(pairs=self.pairs, fractions=self.fractions)
 
     def endpoint(self, key: str, levels: list[float], log: bool, margin: float) -> Look:
         """Throughput, the endpoint the compare is sized for, must be able to detect the target before a level is

@@ -18,9 +18,11 @@ time and it was called 10% of the time; goodput at 100% on both sides at two lev
 15% (tests/analysis/test_verdict_levels_mc.py holds the per-level figures). The two-way decomposition (pairs x
 levels, `components`) still sizes the plan and is what an A/A stores, with each level's variance beside it.
 
-Verdicts, per level, with Holm's correction across the compare's levels: `overhead` / `gain` when the corrected
-test rejects "no effect"; `equivalent (±m)` when the 90% interval lies inside ±m (two one-sided tests at 5%);
-otherwise `inconclusive`, with the smallest effect this run could have detected (80% power at 5%)."""
+Verdicts, per level, with Holm's correction over one family (one endpoint's levels here; a compare's levels x its
+endpoints in harness.analysis.judging): `overhead` / `gain` when the corrected test rejects "no effect";
+`equivalent (±m)` when the 90% interval lies inside ±m (two one-sided tests at 5%); otherwise `inconclusive`, with
+the smallest effect this run could have detected (80% power at the hypothesis' share of the 5%, at Holm's
+strictest step)."""
 
 from __future__ import annotations
 
@@ -84,15 +86,19 @@ def balanced_mean(d: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, float]:
     return d.mean(axis=0), 1 / len(d)
 
 
-def holm(p: Sequence[float | None]) -> list[float | None]:
-    """Holm's step-down adjusted p-values (None stays None)."""
+def holm(p: Sequence[float | None], weights: Sequence[float] | None = None) -> list[float | None]:
+    """Holm's step-down adjusted p-values (None stays None), weighted where weights are given (Holm 1979: hypothesis
+    i is tested at alpha x w_i / the weight of those not yet rejected, in the order of p_i / w_i)."""
+    w = [1.0] * len(p) if weights is None else list(weights)
     idx = [i for i, x in enumerate(p) if x is not None]
-    ordered = sorted(idx, key=lambda i: p[i])
+    ordered = sorted(idx, key=lambda i: p[i] / w[i])
     out: list[float | None] = [None] * len(p)
+    left = sum(w[i] for i in idx)
     running = 0.0
-    for rank, i in enumerate(ordered):
-        running = max(running, min(1.0, (len(ordered) - rank) * p[i]))
+    for i in ordered:
+        running = max(running, min(1.0, left / w[i] * p[i]))
         out[i] = running
+        left -= w[i]
     return out
 
 
@@ -144,14 +150,15 @@ def level_noise(d: np.ndarray, host: Components | None = None,
     return out
 
 
-def judge(d: np.ndarray, order: np.ndarray, host: Components | None = None, criteria: Criteria = Criteria(),
-          look: Look | None = None, resolution: Sequence[float | None] | None = None) -> list[Verdict]:
-    """Per-level verdicts of one endpoint. d: stack minus baseline per pair (rows) and level (columns), log
-    values for throughput and TTFT, shares for goodput; order: +1/-1 per pair (which side ran first); host: the
-    latest A/A's components (pooled in level by level). criteria: the margin, which way is better, and
-    whether d holds log ratios. look: a sequential compare's look (harness.analysis.sequential): its boundaries
-    replace the fixed design's 5% and 90%, and what an earlier look decided stays decided. resolution: per level,
-    the smallest step the endpoint's window value takes (goodput: 1 / requests), the floor of a zero variance."""
+def estimate(d: np.ndarray, order: np.ndarray, host: Components | None = None, look: Look | None = None,
+             resolution: Sequence[float | None] | None = None, alpha: float = ALPHA) -> list[Verdict]:
+    """Per-level estimates of one endpoint, not yet called (verdict `inconclusive`, no p_holm): the estimate, its
+    interval, p-value and the smallest effect the run could detect at `alpha` (the hypothesis' own share of the
+    family's error budget, at Holm's strictest step). d: stack minus baseline per pair (rows) and level (columns),
+    log values for throughput and TTFT, shares for goodput; order: +1/-1 per pair (which side ran first); host: the
+    latest A/A's components (pooled in level by level); look: a sequential compare's look (its boundary sizes the
+    detectable effect); resolution: per level, the smallest step the endpoint's window value takes (goodput:
+    1 / requests), the floor of a zero variance."""
     d = np.asarray(d, dtype=float)
     order = np.asarray(order)
     keep = ~np.isnan(d).any(axis=1)
@@ -168,31 +175,73 @@ def judge(d: np.ndarray, order: np.ndarray, host: Components | None = None, crit
                                df=n.df or None, p=None, pairs=len(d), note=n.note))
             continue
         se = math.sqrt(n.var * factor)
-        t, t_power = (float(x) for x in st.t.ppf([1 - ALPHA / 2, POWER], n.df))
-        mde = (t + t_power) * se if look is None else sequential.detectable(se, n.df, look)
+        t = float(st.t.ppf(1 - ALPHA / 2, n.df))
+        mde = ((float(st.t.isf(alpha / 2, n.df)) + float(st.t.ppf(POWER, n.df))) * se if look is None
+               else sequential.detectable(se, n.df, look, alpha))
         out.append(Verdict(estimate=float(e), lo=float(e - t * se), hi=float(e + t * se), se=se, df=n.df,
-                           p=float(2 * st.t.sf(abs(e) / se, n.df)), mde=mde, pairs=len(d),
-                           note=n.note))
-    bound, direction = criteria.bound, criteria.direction
-    for v, ph in zip(out, holm([v.p for v in out]), strict=True):
-        v.p_holm = ph
-        v.verdict = _call(v, ph, bound, direction) if v.p is not None else "inconclusive"
-    if look is not None:
-        nan = math.nan
-        e = Estimates(est=np.array([v.estimate if v.se is not None else nan for v in out], dtype=float),
-                      se=np.array([v.se if v.se is not None else nan for v in out], dtype=float),
-                      df=np.array([v.df if v.se is not None else nan for v in out], dtype=float),
-                      p=np.array([v.p if v.p is not None else nan for v in out], dtype=float))
-        for v, call in zip(out, sequential.calls(e, look, bound, direction), strict=True):
-            v.verdict = call
+                           p=float(2 * st.t.sf(abs(e) / se, n.df)), mde=mde, pairs=len(d), note=n.note))
     return out
 
 
-def _call(v: Verdict, p_holm: float | None, margin: float, direction: int) -> str:
+@dataclass(frozen=True)
+class Hypothesis:
+    """One test of a family: its estimate (a Verdict from `estimate`, called in place), the criteria it is judged
+    against, its share of the family's alpha, what an earlier look decided and, before a sequential compare's last
+    look, the effect it must be able to detect before it is called equivalent."""
+
+    verdict: Verdict
+    criteria: Criteria
+    weight: float = 1.0
+    earlier: str | None = None
+    target: float | None = None
+
+
+def decide(family: Sequence[Hypothesis], look: Look | None = None, alpha: float = ALPHA) -> None:
+    """Call every hypothesis of one family with one error budget: Holm's step-down, weighted by each one's share,
+    over all of them (an A/A compare then calls any of them falsely at most alpha of the time, whatever their
+    correlation); at a sequential look, the same at its group-sequential boundaries (harness.analysis.sequential)."""
+    vs = [h.verdict for h in family]
+    for v, ph in zip(vs, holm([v.p for v in vs], [h.weight for h in family]), strict=True):
+        v.p_holm = ph
+        v.verdict = "inconclusive"
+    if look is None:
+        for h, v in zip(family, vs, strict=True):
+            if v.p is not None:
+                v.verdict = _call(v, v.p_holm, h.criteria.bound, h.criteria.direction, alpha)
+        return
+    nan = math.nan
+    got = [v.se is not None for v in vs]
+    e = Estimates(est=np.array([v.estimate if ok else nan for v, ok in zip(vs, got, strict=True)], dtype=float),
+                  se=np.array([v.se if ok else nan for v, ok in zip(vs, got, strict=True)], dtype=float),
+                  df=np.array([v.df if ok else nan for v, ok in zip(vs, got, strict=True)], dtype=float),
+                  p=np.array([v.p if v.p is not None else nan for v in vs], dtype=float),
+                  margin=np.array([h.criteria.bound for h in family]),
+                  direction=np.array([h.criteria.direction for h in family]),
+                  weight=np.array([h.weight for h in family], dtype=float),
+                  earlier=tuple(h.earlier for h in family),
+                  target=np.array([nan if h.target is None else h.target for h in family], dtype=float))
+    for v, call in zip(vs, sequential.calls(e, look, alpha), strict=True):
+        v.verdict = call
+
+
+def judge(d: np.ndarray, order: np.ndarray, host: Components | None = None, criteria: Criteria = Criteria(),
+          look: Look | None = None, resolution: Sequence[float | None] | None = None) -> list[Verdict]:
+    """Per-level verdicts of one endpoint alone, its levels one Holm family (a compare judges its levels x endpoints
+    as one: harness.analysis.judging). look: a sequential compare's look: its boundaries replace the fixed design's
+    5% and 90%, what an earlier look decided stays decided, and its target holds equivalence back."""
+    n = np.asarray(d).shape[1] if np.asarray(d).ndim == 2 else 0
+    out = estimate(d, order, host, look, resolution, ALPHA / max(1, n))
+    earlier = look.earlier if look is not None else ()
+    decide([Hypothesis(v, criteria, 1.0, earlier[j] if j < len(earlier) else None,
+                       look.target if look is not None else None) for j, v in enumerate(out)], look)
+    return out
+
+
+def _call(v: Verdict, p_holm: float | None, margin: float, direction: int, alpha: float = ALPHA) -> str:
     """overhead / gain: Holm's corrected test rejects no effect; equivalent: both one-sided 5% tests reject an
     effect of the margin (the 90% interval inside it); inconclusive otherwise."""
     assert v.estimate is not None
-    if p_holm is not None and p_holm < ALPHA:
+    if p_holm is not None and p_holm < alpha:
         return "gain" if v.estimate * direction > 0 else "overhead"
     if v.se is not None and v.df and abs(v.estimate) + float(st.t.ppf(1 - ALPHA, v.df)) * v.se < margin:
         return "equivalent"

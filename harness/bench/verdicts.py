@@ -199,7 +199,7 @@ def measure_sequential(ctx: Context) -> dict:
 
 STOPS = (("every judged level decided", "every level decided"), ("max_pairs", "max_pairs reached"),
          ("the budget", "budget spent"))
-VERDICT_ORDER = ("overhead", "gain", "equivalent", "inconclusive")
+VERDICT_ORDER = ("overhead", "gain", "mixed", "equivalent", "inconclusive")
 
 
 def stop_kind(stopped: str | None) -> str:

@@ -7,8 +7,9 @@ STACK=vllm`), else this stack's latest compare of it, else another stack's; with
 its own first two pairs. Each side's start (cold and warm), sweep, profiled windows and teardown are measured (the
 latest compare of the same profile and stack; bare vLLM's from any), or for the GPU-like engine estimated from its
 emulated step (harness.measure.budget). Whatever the budget, the minimum design (2 pairs) runs. The detectable
-effect of K pairs is the one the sequential design's last look finds with 80% power at Holm's strictest level (5% / the
-levels): (t at the boundary + t at 80%) x the standard error of K counterbalanced pairs."""
+effect of K pairs is the one the sequential design's last look finds with 80% power at Holm's strictest level for
+throughput (its 60% of the compare's one 5% budget, over the levels: harness.analysis.judging.WEIGHTS): (t at the
+boundary + t at 80%) x the standard error of K counterbalanced pairs."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.analysis.conclude import pair_order
+from harness.analysis.judging import WEIGHTS
 from harness.analysis.sequential import Look, detectable
 from harness.errors import LayerbenchError
 from harness.measure.budget import MIN_PAIRS, SIDES, Clock, SideTimes
@@ -52,12 +54,14 @@ def detectable_share(comp: Components, k: int, levels: int, alpha: float = 0.05)
     if k < 2:
         return math.inf
     se = math.sqrt(comp.variance * pair_factor(k))
-    df = comp.df + (k - 1) * levels  # the host's A/A pooled with the compare's own pairs x levels
+    # each level is judged by its own pairs (k - 1 df) pooled with the A/A's at that level (its pairs - 1), not by a
+    # residual pooled over the levels (harness.analysis.verdict.level_noise)
+    df = max(0, comp.pairs - 1) + (k - 1)
     # the last boundary of k - 1 even looks; past PLAN_LOOKS it barely moves (2.03 at 5 looks, 2.05 at 10), and
     # computing every look of a 64-pair design would take seconds per k
     n = min(k - 1, PLAN_LOOKS)
     look = Look(pairs=k, fractions=tuple((j + 1) / n for j in range(n)))
-    return share(detectable(se, df, look, alpha / max(1, levels)))
+    return share(detectable(se, df, look, alpha * WEIGHTS["throughput"] / max(1, levels)))
 
 
 def pairs_for(comp: Components, target: float, levels: int) -> int | None:

@@ -342,7 +342,8 @@ def _compare_block(c: _Compare, side: str, stage: int, lv: LevelDelta) -> dict:
         "throughput_interval_pct": {"lo": lv.ci.lo_pct, "hi": lv.ci.hi_pct, "df": lv.ci.df, "source": lv.ci.source}
         if lv.ci else None,
         # per endpoint (throughput, goodput, ttft_p95): the estimate and its 95% interval are a log ratio of the
-        # stack to the baseline (a difference of shares for goodput); p_holm: Holm-adjusted over the endpoints
+        # stack to the baseline (a difference of shares for goodput); p_holm: Holm-adjusted over the compare's levels
+        # x endpoints, one weighted family
         "endpoints": {k: v.model_dump(mode="json") for k, v in lv.endpoints.items()},
         "equivalence_margin": s.margin, "ttft_margin": s.ttft_margin, "pairs": lv.pairs, "repeats": s.repeats,
         "deployments": s.deployments, "sides": sides, "incomplete": lv.incomplete,

@@ -23,7 +23,8 @@ from harness.reporting.format import markdown_table
 Table = tuple[str, str, list[str], list[list[str]]]  # (title, caption, header, rows)
 
 # a cell that is (or starts with) one of these is coloured: the reader's eye goes to the verdicts first
-VERDICTS = {"overhead": "bad", "gain": "good", "equivalent": "neutral", "inconclusive": "neutral",
+VERDICTS = {"overhead": "bad", "gain": "good", "mixed": "bad", "**mixed**": "bad", "equivalent": "neutral",
+            "inconclusive": "neutral",
             "host-bound": "neutral", "unchecked": "neutral", "client-bound": "neutral", "within noise": "neutral",
             "no interval": "neutral", "missing": "neutral", "**no**": "bad", "yes": "good", "**overhead**": "bad",
             "**gain**": "good", "**equivalent**": "neutral", "**inconclusive**": "neutral"}

@@ -25,8 +25,8 @@ def headline_level(s: CompareSummary) -> LevelDelta | None:
     """The level the headline speaks of: the worst significant overhead, else the largest gain, else the highest
     level with a verdict, else the highest measured one."""
     judged = [lv for lv in s.levels if lv.judged]
-    for call in ("overhead", "gain"):
-        hits = [lv for lv in judged if lv.verdict == call]
+    for call in ("overhead", "gain"):  # a mixed level has both
+        hits = [lv for lv in judged if any(v.verdict == call for v in lv.endpoints.values())]
         if hits:
             return max(hits, key=lambda lv: (_badness(lv, call), lv.level))
     return judged[-1] if judged else s.top
@@ -79,16 +79,20 @@ def verdict_sentence(s: CompareSummary, lv: LevelDelta) -> str:
     """'overhead: goodput 100% → 18%, TTFT p95 ×2.9 (…); throughput inconclusive (could have detected ±61%)'."""
     if not lv.judged:
         return f"{lv.verdict}: {lv.why or 'no verdict'}"
-    hit = [k for k, v in lv.endpoints.items() if v.verdict == lv.verdict and lv.verdict in ("overhead", "gain")]
+    calls = ("overhead", "gain") if lv.verdict == "mixed" else (lv.verdict,)
+    hit = [k for k, v in lv.endpoints.items() if v.verdict in calls and v.verdict in ("overhead", "gain")]
     rest = [k for k in lv.endpoints if k not in hit]
-    head = f"{lv.verdict}: " + ", ".join(endpoint_text(k, lv, s.margin, True, s.ttft_margin) for k in hit) if hit \
-        else f"{lv.verdict}"
+    said = [endpoint_text(k, lv, s.margin, True, s.ttft_margin)
+            + (f" {lv.endpoints[k].verdict}" if lv.verdict == "mixed" else "") for k in hit]
+    head = f"{lv.verdict}: " + ", ".join(said) if hit else f"{lv.verdict}"
     tail = "; ".join(endpoint_text(k, lv, s.margin, True, s.ttft_margin) for k in rest)
     return head + (f"; {tail}" if tail and hit else f": {tail}" if tail else "")
 
 
 def by_level(s: CompareSummary) -> str | None:
-    """'by level (Holm across 3 levels, 2 deployment pairs): overhead at c=[4, 16] (goodput); inconclusive at …'."""
+    """'by level (one error budget: Holm's correction over the 3 judged levels × 3 endpoints; 3 deployment pairs):
+    overhead at c=[4, 16] (goodput);
+    inconclusive at …'."""
     if not s.levels:
         return None
     groups: dict[str, list[LevelDelta]] = {}
@@ -96,16 +100,16 @@ def by_level(s: CompareSummary) -> str | None:
         groups.setdefault(lv.verdict, []).append(lv)
     judged = sum(lv.judged for lv in s.levels)
     parts = []
-    for call in ("overhead", "gain", "equivalent", "inconclusive", "host-bound", "unchecked", "client-bound",
-                 "missing"):
+    for call in ("overhead", "gain", "mixed", "equivalent", "inconclusive", "host-bound", "unchecked",
+                 "client-bound", "missing"):
         lvs = groups.get(call, [])
         if lvs:
             whys = sorted({lv.why for lv in lvs if lv.why and lv.judged})
             parts.append(f"{call} at {levels_text([lv.level for lv in lvs], s.open_loop)}"
                          + (f" ({'; '.join(whys)})" if whys else ""))
     pairs = max((lv.pairs for lv in s.levels), default=0)
-    text = (f"by level (Holm's correction across the {judged} judged levels; {pairs} deployment pair"
-            f"{'s' if pairs != 1 else ''}): " + "; ".join(parts))
+    text = (f"by level (one error budget: Holm's correction over the {judged} judged level{'s' if judged != 1 else ''}"
+            f" × 3 endpoints; {pairs} deployment pair{'s' if pairs != 1 else ''}): " + "; ".join(parts))
     return text + (f". {stopping_text(s)}" if s.stopping else "")
 
 
@@ -118,6 +122,21 @@ def stopping_text(s: CompareSummary) -> str:
     return (f"Sequential (at most {st.max_pairs} pairs" + (f", {st.budget_s / 60:g} min" if st.budget_s else "")
             + f"): stopped: {st.stopped or 'before its first look'}"
             + (f"; pairs each level took: {', '.join(took)}" if took else ""))
+
+
+def estimate_text(key: str, lv: LevelDelta) -> str:
+    """The endpoint's estimate and 95% interval in its own terms: '-10.8% (-11.6…-9.9%)', '×1.34 (…)', '+0 points
+    (-12…+12 points)'; '—' where it was not judged, 'no interval' where it has none."""
+    v = lv.endpoints.get(key)
+    if v is None:
+        return "—"
+    if v.se is None:
+        return "no interval"
+    est = f"{100 * v.estimate:+.0f} points" if key == "goodput" else (
+        f"×{math.exp(v.estimate):.2f}" if key == "ttft_p95" else f"{pct(v.estimate):+.1f}%")
+    if key == "ttft_p95":
+        return f"{est} (×{math.exp(v.lo):.2f}…×{math.exp(v.hi):.2f})"
+    return f"{est} ({_interval(key, v)})"
 
 
 def _cell(key: str, lv: LevelDelta) -> str:
@@ -146,13 +165,15 @@ def _design(s: CompareSummary) -> str:
 
 def verdict_table(s: CompareSummary):
     """Per level: its verdict and each endpoint's estimate, 95% interval and verdict, and throughput's MDE."""
-    caption = (f"Each level's verdict is its worst significant endpoint. The unit is a deployment: {s.pairs} "
+    caption = ("Each level's verdict is its significant endpoints' (mixed where one is a gain and another an "
+               f"overhead). The unit is a deployment: {s.pairs} "
                f"pair(s) of a baseline and a stack deployment {_design(s)}, "
                f"{s.repeats} sweep(s) each; each level's interval comes from that level's own pair differences (the "
                "pairs' own speeds and its windows' noise; pooled with the host's A/A at the level where one is "
                "stored), in log terms for throughput and TTFT p95 and in points for goodput (a level whose pairs "
-               "all differed by the same floored at one request of a window), with Holm's correction across the "
-               "levels. Overhead/gain: the corrected test "
+               "all differed by the same floored at one request of a window), with one error budget for the compare: "
+               "Holm's correction over every level and endpoint, weighted (throughput 60% of the 5%, goodput and "
+               "TTFT p95 20% each, split evenly over the levels). Overhead/gain: the corrected test "
                f"rejects no effect; equivalent: the 90% interval lies within ±{100 * s.margin:.0f}% (goodput: "
                "points" + (f"; TTFT p95: ±{100 * s.ttft_margin:.0f}%" if s.ttft_margin else "") + "); otherwise "
                "inconclusive, with the smallest throughput change this run could have detected (80% power). "

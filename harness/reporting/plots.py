@@ -212,7 +212,8 @@ def _side(ax: Any, side: str, label: str, ser: Series, levels: list[float], open
 
 
 # the report's verdict colours (document.py's cells), strong enough to tell apart on a white plot
-VERDICT_COLOR = {"overhead": "#d9534f", "gain": "#3a9d5d", "equivalent": "#9e9e9e", "inconclusive": "#ffffff"}
+VERDICT_COLOR = {"overhead": "#d9534f", "gain": "#3a9d5d", "mixed": "#e0a030", "equivalent": "#9e9e9e",
+                 "inconclusive": "#ffffff"}
 
 
 def _delta(cv: Canvas, s: CompareSummary, names: tuple[str, str]) -> None:

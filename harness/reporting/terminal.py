@@ -14,13 +14,15 @@ from rich.table import Table
 from rich.text import Text
 
 from harness.reporting.format import fmt, share_pct
+from harness.reporting.headline import estimate_text
 from harness.reporting.plots import side_names
 from harness.reporting.report import decision, warnings
 from harness.reporting.run_report import health_warnings, level_table
 from harness.reporting.summary_report import SummaryResult
 from harness.schemas import CompareSummary, RunSummary
 
-VERDICT_STYLE = {"overhead": "bold red", "gain": "bold green", "equivalent": "green", "inconclusive": "dim",
+VERDICT_STYLE = {"overhead": "bold red", "gain": "bold green", "mixed": "bold yellow", "equivalent": "green",
+                 "inconclusive": "dim",
                  "within noise": "dim", "no interval": "yellow", "host-bound": "yellow", "unchecked": "yellow",
                  "client-bound": "yellow", "missing": "yellow"}
 _BOLD = re.compile(r"\*\*(.+?)\*\*")
@@ -39,18 +41,28 @@ def markup(text: str) -> Text:
 
 
 def delta_table(s: CompareSummary) -> Table:
+    """Per level, each endpoint's two sides, its own estimate and 95% interval and its own verdict, then the
+    level's."""
     b, st = side_names(s)
-    t = Table(title=f"verdicts by level ({s.pairs} deployment pair(s); output tok/s, mean over the pairs)",
-              title_justify="left", show_edge=False)
-    for col in ("level", b, st, "delta", "95% interval", "verdict", f"TTFT p95 ms {b} / {st}", "goodput"):
-        t.add_column(col, justify="left" if col in ("level", "verdict") else "right")
+    t = Table(title=f"verdicts by level ({s.pairs} deployment pair(s); output tok/s, mean over the pairs; each "
+                    "endpoint's change and 95% interval beside its own verdict)", title_justify="left", show_edge=False)
+    for col in ("level", f"tok/s {b} / {st}", "throughput", "", f"TTFT p95 ms {b} / {st}", "TTFT p95", "",
+                "goodput", "goodput Δ", "", "level"):
+        t.add_column(col, justify="left" if col in ("level", "") else "right")
+
+    def call(key: str, lv) -> Text:
+        v = lv.endpoints.get(key)
+        return Text(v.verdict, style=VERDICT_STYLE.get(v.verdict, "")) if v else Text("—")
+
     for lv in s.levels:
-        t.add_row(lv.level_text, fmt(lv.baseline_tok_s, "{:.0f}"), fmt(lv.stack_tok_s, "{:.0f}"),
-                  fmt(lv.delta_pct, "{:+.1f}%"), lv.ci.text() if lv.ci else "—",
-                  Text(lv.verdict + (f" ({lv.why})" if lv.why and lv.judged else ""),
-                       style=VERDICT_STYLE.get(lv.verdict, "")),
+        t.add_row(lv.level_text, f"{fmt(lv.baseline_tok_s, '{:.0f}')} / {fmt(lv.stack_tok_s, '{:.0f}')}",
+                  estimate_text("throughput", lv), call("throughput", lv),
                   f"{fmt(lv.baseline_ttft_p95_ms, '{:.0f}')} / {fmt(lv.stack_ttft_p95_ms, '{:.0f}')}",
-                  f"{share_pct(lv.baseline_goodput)} / {share_pct(lv.stack_goodput)}")
+                  estimate_text("ttft_p95", lv), call("ttft_p95", lv),
+                  f"{share_pct(lv.baseline_goodput)} / {share_pct(lv.stack_goodput)}",
+                  estimate_text("goodput", lv), call("goodput", lv),
+                  Text(lv.verdict + (f" ({lv.why})" if lv.why and lv.judged else ""),
+                       style=VERDICT_STYLE.get(lv.verdict, "")))
     return t
 
 

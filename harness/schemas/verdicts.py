@@ -62,7 +62,7 @@ class Verdict(BaseModel):
     df: float | None
     p: float | None
     p_holm: float | None = None
-    mde: float | None = None  # the smallest effect this run could detect (80% power at 5%), in the same units
+    mde: float | None = None  # the smallest effect this run could detect (80% power at its share of the 5%), same units
     verdict: str = "inconclusive"  # overhead | gain | equivalent | inconclusive
     pairs: int = 0
     note: str | None = None  # where the variance came from when not from the pairs alone, or why there is none
@@ -114,7 +114,7 @@ class LevelDelta(Leveled):
     delta_pct: float | None  # throughput: the order-balanced estimate over the pairs, as a percent
     ci: DeltaInterval | None  # throughput's 95% interval; None: not enough pairs (and no A/A of this profile)
     noise_pct: float | None  # the interval's half-width, for the plot's band
-    # overhead | gain | equivalent | inconclusive: the worst significant endpoint; or why there is none:
+    # overhead | gain | mixed | equivalent | inconclusive: its significant endpoints; or why there is none:
     # host-bound | unchecked | client-bound | missing
     verdict: str
     endpoints: dict[str, Verdict] = {}  # throughput, goodput, ttft_p95
@@ -148,4 +148,4 @@ class LevelDelta(Leveled):
 
     @property
     def judged(self) -> bool:
-        return self.verdict in ("overhead", "gain", "equivalent", "inconclusive")
+        return self.verdict in ("overhead", "gain", "mixed", "equivalent", "inconclusive")

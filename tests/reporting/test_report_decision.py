@@ -56,11 +56,19 @@ def window(level: float, repeat: int = 0, *, tok_s: float = 100.0, ttft_p95: flo
                         incomplete=incomplete, pair=repeat)  # each window its own deployment pair
 
 
-def pair(level: float, tok_s: float, ttft_p95: float = 200.0, **kw) -> list[LevelSummary]:
-    """Two deployment pairs' windows, 1% either side of tok_s and 5% either side of ttft_p95 (compare() gives the
-    stack's the other pairs, so the pairs' differences spread): enough for an interval over the pairs."""
-    return [window(level, 0, tok_s=tok_s * 0.99, ttft_p95=ttft_p95 * 0.95, **kw),
-            window(level, 1, tok_s=tok_s * 1.01, ttft_p95=ttft_p95 * 1.05, **kw)]
+def pair(level: float, tok_s: float, ttft_p95: float = 200.0, n: int = 2, spread: float = 0.01,
+         ttft_spread: float = 0.05, **kw) -> list[LevelSummary]:
+    """n deployment pairs' windows (2 or 3), `spread` either side of tok_s and `ttft_spread` either side of ttft_p95
+    (compare() gives the stack's to other pairs, so the pairs' differences spread): enough for an interval over the
+    pairs. An effect the compare's one error budget can call needs 3: two pairs leave a level 1 degree of freedom
+    (t = 12.7 at 5%, and far more at a hypothesis' share of it)."""
+    f = (1 - spread, 1 + spread, 1.0)
+    g = (1 - ttft_spread, 1 + ttft_spread, 1.0)
+    return [window(level, r, tok_s=tok_s * f[r], ttft_p95=ttft_p95 * g[r], **kw) for r in range(n)]
+
+
+# three pairs whose throughput and TTFT spread wide: a goodput collapse there is called, and the other two are not
+WIDE = {"n": 3, "spread": 0.3, "ttft_spread": 0.4}
 
 
 def run(label: str, stack: str, windows: list[LevelSummary], status: str = "complete") -> RunSummary:
@@ -73,9 +81,10 @@ def run(label: str, stack: str, windows: list[LevelSummary], status: str = "comp
 
 def compare(base: list[LevelSummary], stack: list[LevelSummary], *, name: str = "ray", baseline_stack: str = "vllm",
             slo: SLO | None = None, status: str = "complete", stack_status: str = "complete") -> CompareSummary:
-    for lv in stack:  # the stack's first window in the baseline's second pair: the pairs' differences spread
-        if lv.stats.rate is None and len({w.stats.repeat for w in stack}) == 2:
-            lv.pair = 1 - lv.stats.repeat
+    for lv in stack:  # the stack's first window in the baseline's second pair, ...: the pairs' differences spread
+        n = len({w.stats.repeat for w in stack if w.stats.level == lv.stats.level})
+        if lv.stats.rate is None and n in (2, 3):
+            lv.pair = (lv.stats.repeat + 1) % n
     runs = {"baseline": run("baseline", baseline_stack, base), "stack": run("stack", name, stack, stack_status)}
     levels = sorted({lv.stats.level for lv in base + stack})
     open_loop = any(lv.stats.rate is not None for lv in base + stack)
@@ -224,10 +233,10 @@ def test_a_level_that_broke_below_one_that_held_is_not_every_level_held():
 # --- the headline ---------------------------------------------------------------------------------------------
 
 def test_headline_names_the_worst_significant_endpoint_at_its_level():
-    # c=1 alike, c=4: goodput 100% -> 50% in both pairs (and throughput and TTFT worse, but inside the pairs'
+    # c=1 alike, c=4: goodput 100% -> 50% in all three pairs (and throughput and TTFT worse, but inside the pairs'
     # spread), c=8 measured by the baseline only (the stack died)
-    s = compare(pair(1, 100, ttft_p95=100.0) + pair(4, 400, ttft_p95=200.0) + pair(8, 800),
-                pair(1, 100, ttft_p95=110.0) + pair(4, 320, ttft_p95=300.0, goodput=0.5))
+    s = compare(pair(1, 100, ttft_p95=100.0) + pair(4, 400, ttft_p95=200.0, **WIDE) + pair(8, 800),
+                pair(1, 100, ttft_p95=110.0) + pair(4, 320, ttft_p95=300.0, goodput=0.5, **WIDE))
     assert [lv.verdict for lv in s.levels] == ["inconclusive", "overhead", "missing"]
     c4 = s.levels[1]
     assert c4.why == "goodput" and c4.endpoints["throughput"].verdict == "inconclusive"
@@ -236,9 +245,9 @@ def test_headline_names_the_worst_significant_endpoint_at_its_level():
     assert lines[0].startswith("**ray at c=4 against bare vLLM 0.32.0: overhead: goodput 100% → 50%; throughput "
                                "inconclusive (could have detected ±")
     assert "TTFT p95 inconclusive" in lines[0] and lines[0].endswith("TTFT p95 200 → 300 ms)")
-    assert starting(lines, "by level") == ["by level (Holm's correction across the 2 judged levels; 2 deployment "
-                                           "pairs): overhead at c=[4] (goodput); inconclusive at c=[1]; missing at "
-                                           "c=[8]"]
+    assert starting(lines, "by level") == ["by level (one error budget: Holm's correction over the 2 judged "
+                                           "levels × 3 endpoints; 3 deployment pairs): overhead at c=[4] "
+                                           "(goodput); inconclusive at c=[1]; missing at c=[8]"]
 
 
 def test_headline_names_the_shape_and_a_gain():
@@ -247,8 +256,9 @@ def test_headline_names_the_shape_and_a_gain():
     s.shape = "raw mode"
     head = decision(s)[0]
     assert head.startswith("**ray (raw mode) at c=1 against bare vLLM 0.32.0: gain: throughput +20.6%")
-    assert starting(decision(s), "by level") == ["by level (Holm's correction across the 1 judged levels; 2 "
-                                                 "deployment pairs): gain at c=[1] (throughput)"]
+    assert starting(decision(s), "by level") == ["by level (one error budget: Holm's correction over the 1 "
+                                                 "judged level × 3 endpoints; 2 deployment pairs): gain at c=[1] "
+                                                 "(throughput)"]
 
 
 def test_one_pair_and_no_aa_has_no_interval_and_says_so():
@@ -366,7 +376,7 @@ def flat(text: str) -> str:
 
 
 def test_terminal_summary_prints_headline_delta_table_and_report_path(tmp_path):
-    s = compare(pair(1, 100) + pair(4, 400), pair(1, 100) + pair(4, 320, ttft_p95=300.0, goodput=0.5),
+    s = compare(pair(1, 100) + pair(4, 400, **WIDE), pair(1, 100) + pair(4, 320, ttft_p95=300.0, goodput=0.5, **WIDE),
                 slo=SLO(ttft_s=0.5))
     console = Console(record=True, width=200, file=io.StringIO())
     report = tmp_path / "reports" / "t" / "report.md"
