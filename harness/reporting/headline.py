@@ -125,8 +125,8 @@ def stopping_text(s: CompareSummary) -> str:
 
 
 def estimate_text(key: str, lv: LevelDelta) -> str:
-    """The endpoint's estimate and 95% interval in its own terms: '-10.8% (-11.6…-9.9%)', '×1.34 (…)', '+0 points
-    (-12…+12 points)'; '—' where it was not judged, 'no interval' where it has none."""
+    """The endpoint's estimate and 95% interval in its own terms: '-10.8% (-11.6…-9.9%)', '×1.34 (×1.10…×1.62)',
+    '-50 pts (-53…-47)'; '—' where it was not judged, 'no interval' where it has none."""
     v = lv.endpoints.get(key)
     if v is None:
         return "—"
@@ -136,6 +136,8 @@ def estimate_text(key: str, lv: LevelDelta) -> str:
         f"×{math.exp(v.estimate):.2f}" if key == "ttft_p95" else f"{pct(v.estimate):+.1f}%")
     if key == "ttft_p95":
         return f"{est} (×{math.exp(v.lo):.2f}…×{math.exp(v.hi):.2f})"
+    if key == "goodput":
+        return f"{100 * v.estimate:+.0f} pts ({100 * v.lo:+.0f}…{100 * v.hi:+.0f})"
     return f"{est} ({_interval(key, v)})"
 
 

@@ -445,3 +445,15 @@ def test_ttft_samples_keep_matches_a_compares_measured_repeats(tmp_path: Path):
     got = ttft_samples(tmp_path, keep)
     assert got == {"baseline": {2.0: pytest.approx([15.0])}, "stack": {2.0: pytest.approx([17.0])}}
     assert len(ttft_samples(tmp_path)["baseline"][2.0]) == 2
+
+
+def test_a_level_whose_endpoints_disagree_is_mixed_and_says_both():
+    # three pairs at c=1: the stack a fifth slower in throughput and its TTFT p95 halved, both far past the spread
+    s = compare(pair(1, 100, ttft_p95=200.0, n=3), pair(1, 80, ttft_p95=100.0, n=3))
+    (lv,) = s.levels
+    assert lv.endpoints["throughput"].verdict == "overhead" and lv.endpoints["ttft_p95"].verdict == "gain"
+    assert (lv.verdict, lv.why) == ("mixed", "TTFT p95 gain, throughput overhead")
+    head = decision(s)[0]
+    assert head.startswith("**ray at c=1 against bare vLLM 0.32.0: mixed: throughput -20.0% overhead, TTFT p95 ×0.50 "
+                           "(200 → 100 ms) gain"), head
+    assert starting(decision(s), "by level")[0].endswith("mixed at c=[1] (TTFT p95 gain, throughput overhead)")
