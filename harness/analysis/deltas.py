@@ -71,7 +71,7 @@ def combined(vs: dict[str, Verdict]) -> tuple[str, str | None]:
     return "inconclusive", None
 
 
-def _interval(v: Verdict | None) -> DeltaInterval | None:
+def interval(v: Verdict | None) -> DeltaInterval | None:
     if v is None or v.se is None:
         return None
     source = f"{v.pairs} deployment pair{'s' if v.pairs != 1 else ''}"
@@ -118,7 +118,7 @@ def judged_levels(base: RunSummary | None, stack: RunSummary | None, levels: Seq
 
         b_cores, b_client = _cores(b)
         s_cores, s_client = _cores(s)
-        ci = _interval(tp) if b and s else None
+        ci = interval(tp) if b and s else None
         bt, st = mean(b, lambda lv: lv.stats.judged_tok_s), mean(s, lambda lv: lv.stats.judged_tok_s)
         delta = pct(tp.estimate) if tp is not None and tp.estimate is not None else (
             100.0 * (st - bt) / bt if bt and st is not None else None)
