@@ -133,7 +133,8 @@ def level_noise(d: np.ndarray, host: Components | None = None,
             if host is not None else (0.0, 0.0)
         df = df_own + df_h
         if df <= 0:
-            out.append(LevelNoise(None, 0.0, note="fewer than 2 deployment pairs and no A/A of this profile"))
+            out.append(LevelNoise(None, 0.0,
+                                  note="fewer than 2 deployment pairs and no A/A of this profile on this host"))
             continue
         var = (df_own * own + df_h * h) / df
         note = None

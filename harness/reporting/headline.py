@@ -47,7 +47,14 @@ def figure(key: str, lv: LevelDelta) -> str:
 def detectable(key: str, v: Verdict) -> str:
     """The smallest effect the run could have detected, in the endpoint's own terms."""
     if v.mde is None or not math.isfinite(v.mde):
+        if v.note and v.se is None:
+            return f"no interval: {v.note}"
         return "no interval: fewer than 2 deployment pairs and no A/A of this profile on this host"
+    # one degree of freedom at a fifth of the budget detects only what no share or ratio can show as ±N
+    if key == "goodput" and v.mde >= 1:
+        return "this run could have detected no change in goodput, even 100 points"
+    if key != "goodput" and v.mde >= math.log(2):
+        return f"this run could have detected only a change past ×{math.exp(v.mde):.3g} and nothing less"
     size = f"±{100 * v.mde:.0f} points" if key == "goodput" else f"±{abs(pct(v.mde)):.0f}%"
     return f"this run could have detected {size} and no less"
 

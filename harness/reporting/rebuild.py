@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from harness.analysis.rejudge import changed, rejudge_stored
 from harness.analysis.server_metrics import engine_latency
 from harness.analysis.vllm_metrics import ENGINE_PREFIX
 from harness.errors import LayerbenchError
@@ -20,14 +21,23 @@ from harness.schemas import CompareSummary
 
 
 def load_compare(run_dir: Path) -> CompareSummary:
+    """A run folder's compare.json; or a report folder's summary.json (the compare without its windows), its
+    verdicts judged again by this layerbench's method from what it stored (harness.analysis.rejudge)."""
     path = run_dir / "compare.json"
+    if not path.exists() and (run_dir / "summary.json").exists():
+        path = run_dir / "summary.json"
     if not path.exists():
-        raise LayerbenchError(f"{run_dir} has no compare.json: not a compare's run folder")
+        raise LayerbenchError(f"{run_dir} has no compare.json (a run folder) or summary.json (a report folder): "
+                              "not a compare's folder")
     try:
         s = CompareSummary.model_validate_json(path.read_text())
     except ValueError as e:
         raise LayerbenchError(f"{path} cannot be read by this layerbench: {str(e).splitlines()[0]}") from None
     fill_from_stored(s, run_dir)
+    if path.name == "summary.json":
+        before = s.model_copy(deep=True)
+        if rejudge_stored(s):
+            s.rejudged = changed(before, s) or ["no level's verdict changed"]
     return s
 
 

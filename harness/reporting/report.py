@@ -92,6 +92,10 @@ def lead(s: CompareSummary) -> list[str]:
         lines += replay_lines(s, top)
         if (levels := by_level(s)) is not None:
             lines.append(levels)
+        if s.rejudged is not None:
+            lines.append("judged again without the compare's windows (not stored here): each level's noise is the "
+                         "most its stored variance components allow, so these calls are conservative, and the host's "
+                         "step check was not done again; changed: " + "; ".join(s.rejudged))
         lines += diagnosis_lines(s)
         lines += routing_lines(s)
     else:

@@ -122,6 +122,9 @@ class CompareSummary(BaseModel):
     cluster: dict | None = None  # k8s/docker: the context, server, namespace, and each side's images and nodes
     stopping: Stopping | None = None  # a sequential compare: its plan, looks and why it stopped
     start_s: dict[str, list[float]] = {}  # side -> seconds each of its deployments took to answer, pair by pair
+    # a report folder's summary judged again without its windows (harness.analysis.rejudge): each changed level,
+    # "c=16: gain (goodput) -> inconclusive"; None: the verdicts are the ones the compare made
+    rejudged: list[str] | None = None
 
     @property
     def on_gpu(self) -> bool:

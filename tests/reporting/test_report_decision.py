@@ -243,7 +243,7 @@ def test_headline_names_the_worst_significant_endpoint_at_its_level():
     assert c4.delta_pct == pytest.approx(-20.0) and c4.ci is not None and c4.ci.lo_pct < -20 < c4.ci.hi_pct
     lines = decision(s)
     assert lines[0].startswith("**ray at c=4 against bare vLLM 0.32.0: overhead: goodput 100% → 50%; throughput "
-                               "inconclusive (could have detected ±")
+                               "inconclusive (could have detected ")
     assert "TTFT p95 inconclusive" in lines[0] and lines[0].endswith("TTFT p95 200 → 300 ms)")
     assert starting(lines, "by level") == ["by level (one error budget: Holm's correction over the 2 judged "
                                            "levels × 3 endpoints; 3 deployment pairs): overhead at c=[4] "
