@@ -99,6 +99,7 @@ def aa_compares(k: int, seed: int) -> list[dict[str, list]]:
     return out
 
 
+@pytest.mark.slow  # 3,000 compares of three endpoints (~8 s): in make test, out of test-fast's minute
 @pytest.mark.parametrize("k", [2, 4, 8])
 def test_one_error_budget_across_levels_and_correlated_endpoints(k):
     """Issue 49's targets: with throughput, TTFT p95 and goodput correlated through the deployment, an A/A calls a
