@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+from scipy import stats as st
 
 from harness.bench.figures import Verdict
 from harness.bench.section import Context, SectionResult
@@ -126,7 +127,7 @@ def figures(data: dict) -> dict:
     known = 1.96 * math.sqrt((2 * SIGMA_D ** 2 + 2 * SIGMA_W ** 2) / PAIRS)
     return {
         "t1_level": (sum(lv["lo"] > 0 or lv["hi"] < 0 for lv in aa), len(aa)),
-        "t1_compare": (sum(any(v in ("overhead", "gain") for v in c["verdicts"]) for c in data["aa"]),
+        "t1_compare": (sum(any(v in ("overhead", "gain", "mixed") for v in c["verdicts"]) for c in data["aa"]),
                        len(data["aa"])),
         "t2_power": (sum(lv["verdict"] == "overhead" for lv, _ in slow), len(slow)),
         "t3_cover": (sum(lv["lo"] <= t <= lv["hi"] for lv, t in slow) + sum(lv["lo"] <= 0 <= lv["hi"] for lv in aa),
@@ -153,13 +154,27 @@ def render(f: dict, seconds: float) -> list[str]:
             *markdown_table(["case", "target", "measured"], rows).splitlines(), ""]
 
 
+def can_detect(n: int, lo: float, hi: float) -> str:
+    """What a check of n compares can find: it fails only at a count whose whole 95% interval lies outside [lo, hi],
+    so say which counts those are and the true rate that reaches them 80% of the time (binomial)."""
+    grid = np.linspace(0, 1, 1001)
+    parts = []
+    if hi < 1 and (k := next((k for k in range(n + 1) if wilson(k, n)[0] > hi), None)) is not None:
+        p = next(float(q) for q in grid if st.binom.sf(k - 1, n, q) >= 0.8)
+        parts.append(f"fails at {k} or more of {n}, which a true rate of {100 * p:.0f}% reaches 80% of the time")
+    if lo > 0 and (k := next((k for k in range(n, -1, -1) if wilson(k, n)[1] < lo), None)) is not None:
+        p = next(float(q) for q in grid[::-1] if st.binom.cdf(k, n, q) >= 0.8)
+        parts.append(f"fails at {k} or fewer of {n}, which a true rate of {100 * p:.0f}% reaches 80% of the time")
+    return "; ".join(parts) if parts else f"cannot fail at {n} compares"
+
+
 def _judged(target: str, k: int, n: int, lo: float, hi: float) -> Verdict:
     """Met when the rate lies in [lo, hi]; NOT MET only when its whole 95% interval lies outside (with this few
-    compares, a rate just outside is not evidence); else not judged."""
+    compares, a rate just outside is not evidence); else not judged. Its text says what it could detect."""
     rate = k / n if n else math.nan
     w_lo, w_hi = wilson(k, n)
     met = True if lo <= rate <= hi else (False if w_hi < lo or w_lo > hi else None)
-    return Verdict(target, met, _binomial(k, n))
+    return Verdict(target, met, f"{_binomial(k, n)}; this check {can_detect(n, lo, hi)}")
 
 
 def verdicts(f: dict) -> list[Verdict]:

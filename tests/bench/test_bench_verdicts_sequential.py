@@ -157,3 +157,15 @@ def test_one_verdicts_section_renders_both_parts_and_its_data_is_json(monkeypatc
     back = json.loads(json.dumps(result.data))  # harness-bench.json holds it
     assert [r["case"] for r in back["sequential"]["figures"]] == ["aa", "slow"]
     assert back["sequential"]["figures"][1]["pairs"] == [3] * verdicts.SEQ_COMPARES
+
+
+def test_each_self_check_says_the_rate_it_can_detect_at_its_sample_size():
+    from harness.bench.verdicts import can_detect, verdicts, wilson
+
+    # 6 A/A compares: 1 of 6 (95% 3-56%) is no evidence against 8%, 2 of 6 (10-70%) is
+    assert wilson(1, 6)[0] < 0.08 < wilson(2, 6)[0]
+    assert can_detect(6, 0.0, 0.08) == "fails at 2 or more of 6, which a true rate of 42% reaches 80% of the time"
+    text = {v.target: v.detail for v in verdicts({"t1_compare": (0, 60), "t3_cover": (24, 24)})}
+    assert any("fails at 9 or more of 60" in d for d in text.values())  # more compares, a smaller rate found
+    assert can_detect(24, 0.93, 0.97) == ("fails at 19 or fewer of 24, which a true rate of 74% reaches 80% of the "
+                                          "time")  # 24 intervals cannot tell 90% coverage from 95%
