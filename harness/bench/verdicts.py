@@ -291,7 +291,8 @@ def render_sequential(rows: list[dict], seconds: float) -> list[str]:
             f"interval inside the ±{100 * MARGIN:.0f}% margin; at these components {SEQ_MAX} pairs' interval is "
             f"about that wide, so an A/A mostly runs to max_pairs and ends `inconclusive`, which is no false call. "
             f"A compare stopped early on a large estimate can overstate the effect, hence the mean estimate at the "
-            f"stop beside the truth. A level's verdict is its significant endpoints' (mixed where they disagree). {seconds:.0f} s.",
+            f"stop beside the truth. A level's verdict is its significant endpoints' (mixed where they disagree). "
+            f"{seconds:.0f} s.",
             "",
             *markdown_table(["case", "compares", "pairs used", "stopped because", "verdicts per level",
                              "mean throughput estimate at stop"], table).splitlines(), ""]
