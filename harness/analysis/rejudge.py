@@ -17,17 +17,11 @@ from scipy import stats as st
 
 from harness.analysis.deltas import combined, interval
 from harness.analysis.judging import ENDPOINTS, WEIGHTS
-from harness.analysis.verdict import ALPHA, POWER, Criteria, Hypothesis, decide
+from harness.analysis.verdict import ALPHA, Criteria, Hypothesis, decide, detectable, order_factor
 from harness.schemas import CompareSummary, Components, Verdict
 
 NOTE = ("judged again without its windows: this level's noise is the most the stored variance components allow "
         "(K - 1 degrees of freedom), so the call is conservative")
-
-
-def _factor(order: list[int], k: int) -> float:
-    signs = [order[i] if i < len(order) else 1 for i in range(k)]
-    ab, ba = sum(o > 0 for o in signs), sum(o < 0 for o in signs)
-    return (1 / ab + 1 / ba) / 4 if ab and ba else 1 / k
 
 
 def _bound(comp: Components, host: Components | None, j: int) -> tuple[float, float]:
@@ -62,13 +56,14 @@ def rejudge_stored(s: CompareSummary) -> bool:
             if old.estimate is None:
                 continue
             var, df = _bound(comp, host.get(ep.key), j)
-            se = math.sqrt(max(var, 0.0) * _factor(list(s.order), comp.pairs))
+            signs = [s.order[i] if i < len(s.order) else 1 for i in range(comp.pairs)]  # a pair past the end: +1
+            se = math.sqrt(max(var, 0.0) * order_factor(signs))
             if se <= 0:
                 v = Verdict(estimate=old.estimate, lo=None, hi=None, se=None, df=df, p=None, pairs=comp.pairs,
                             note="no variance to judge by in the stored components")
             else:
                 t = float(st.t.ppf(1 - ALPHA / 2, df))
-                mde = (float(st.t.isf(ALPHA * w / 2, df)) + float(st.t.ppf(POWER, df))) * se
+                mde = detectable(se, df, ALPHA * w)
                 v = Verdict(estimate=old.estimate, lo=old.estimate - t * se, hi=old.estimate + t * se, se=se, df=df,
                             p=float(2 * st.t.sf(abs(old.estimate) / se, df)), mde=mde, pairs=comp.pairs, note=NOTE)
             lv.endpoints[ep.key] = v

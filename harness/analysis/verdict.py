@@ -81,9 +81,19 @@ def balanced_mean(d: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, float]:
     variance."""
     ab, ba = order > 0, order < 0
     if ab.any() and ba.any():
-        est = (d[ab].mean(axis=0) + d[ba].mean(axis=0)) / 2
-        return est, (1 / ab.sum() + 1 / ba.sum()) / 4
-    return d.mean(axis=0), 1 / len(d)
+        return (d[ab].mean(axis=0) + d[ba].mean(axis=0)) / 2, order_factor(order)
+    return d.mean(axis=0), order_factor(order)
+
+
+def order_factor(order: Sequence[int] | np.ndarray) -> float:
+    """The balanced estimate's variance over one pair difference's, for pairs run in this order (+1/-1 each)."""
+    ab, ba = sum(o > 0 for o in order), sum(o < 0 for o in order)
+    return (1 / ab + 1 / ba) / 4 if ab and ba else 1 / len(order)
+
+
+def detectable(se: float, df: float, alpha: float = ALPHA) -> float:
+    """The fixed design's smallest effect found with 80% power at two-sided `alpha`: (t + t at 80%) x se."""
+    return (float(st.t.isf(alpha / 2, df)) + float(st.t.ppf(POWER, df))) * se
 
 
 def holm(p: Sequence[float | None], weights: Sequence[float] | None = None) -> list[float | None]:
@@ -177,8 +187,7 @@ def estimate(d: np.ndarray, order: np.ndarray, host: Components | None = None, l
             continue
         se = math.sqrt(n.var * factor)
         t = float(st.t.ppf(1 - ALPHA / 2, n.df))
-        mde = ((float(st.t.isf(alpha / 2, n.df)) + float(st.t.ppf(POWER, n.df))) * se if look is None
-               else sequential.detectable(se, n.df, look, alpha))
+        mde = detectable(se, n.df, alpha) if look is None else sequential.detectable(se, n.df, look, alpha)
         out.append(Verdict(estimate=float(e), lo=float(e - t * se), hi=float(e + t * se), se=se, df=n.df,
                            p=float(2 * st.t.sf(abs(e) / se, n.df)), mde=mde, pairs=len(d), note=n.note))
     return out

@@ -20,6 +20,7 @@ from pathlib import Path
 from harness.analysis.conclude import pair_order
 from harness.analysis.judging import WEIGHTS
 from harness.analysis.sequential import Look, detectable
+from harness.analysis.verdict import order_factor
 from harness.errors import LayerbenchError
 from harness.measure.budget import MIN_PAIRS, SIDES, Clock, SideTimes
 from harness.profile.schema import LoadProfile
@@ -44,9 +45,7 @@ def share(x: float) -> float:
 
 def pair_factor(k: int) -> float:
     """The balanced estimate's variance over one pair difference's, for k pairs in counterbalanced order."""
-    order = pair_order(k)
-    ab, ba = sum(o > 0 for o in order), sum(o < 0 for o in order)
-    return (1 / ab + 1 / ba) / 4 if ab and ba else 1 / k
+    return order_factor(pair_order(k))
 
 
 def detectable_share(comp: Components, k: int, levels: int, alpha: float = 0.05) -> float:
