@@ -1,13 +1,19 @@
 """The GPU-like step's arithmetic and pacing, in plain Python (no torch, no vLLM), so it is tested on its own.
 
-The step is paced from one forward's start to the next, not only over forward(): the time vLLM spends between two
-back-to-back forwards (sampling, output processing, preparing the next batch: 2–5 ms per step on a 2-core host)
-is work a GPU host does on its CPU too, so it is taken out of the sleep, and so is the sleep's own overshoot
-(waking up late on a busy host). Both are running medians of the last WINDOW steps, so an idle gap between two
-requests or one late wake-up does not move them. A gap longer than the step counts as the whole step: when vLLM's
-own work no longer fits, the pacer stops sleeping instead of adding to it. A step whose real work already exceeds
-its configured time is an overrun: it is not shortened, it is counted and logged (the harness tells such a level
-from the engine's own histograms)."""
+Each step is paced to its deadline: the step's window opens where the last one was due to end, and the forward
+sleeps until the window has lasted the configured time. So vLLM's own work between two back-to-back forwards
+(sampling, output processing, preparing the next batch: 2-5 ms per step on a 2-core host) falls inside the step,
+as the CPU work of a GPU host overlaps its GPU's, and a sleep that woke late is made up by the next one instead of
+adding to every step. An earlier pacer took running medians of that work and of the sleep's lateness out of each
+sleep; whatever the medians missed came after the step, and a 6 ms step at c=1 read 6.9 ms from the client on a
+near-idle 2-core host (+15%, where a level is held within 10%).
+
+A gap between forwards much longer than vLLM's usual work there is idle time (no request to run), not work: after
+it the window opens that usual work before the forward, so a request arriving at an idle engine still waits its
+whole first step. A gap as long as the step itself counts as the whole step: when vLLM's own work no longer fits,
+the pacer stops sleeping instead of adding to it. A step whose real work already exceeds its configured time is
+an overrun: it is not shortened, the next window opens where it really ended (nothing is made up from it), and it
+is counted and logged (the harness tells such a level from the engine's own histograms)."""
 
 from __future__ import annotations
 
@@ -22,6 +28,9 @@ log = logging.getLogger("layerbench_gpulike")
 
 LOG_EVERY_S = 30.0
 WINDOW = 15  # steps in the running medians
+# a gap between forwards longer than this many times vLLM's usual work there, plus the slack, is idle time
+IDLE_FACTOR = 3.0
+IDLE_SLACK_S = 0.002
 
 
 @dataclass(frozen=True)
@@ -67,14 +76,16 @@ def split_positions(positions: Sequence[int]) -> tuple[int, int]:
 
 @dataclass
 class Pacer:
-    """Sleeps each step up to its configured time, from the start of one forward to the start of the next."""
+    """Sleeps each step until its deadline: the configured time after the last step's deadline while vLLM is busy,
+    after its usual work before this forward when it was idle."""
 
     step: StepTime
     clock: Callable[[], float] = time.perf_counter
     sleep: Callable[[float], None] = time.sleep
     gaps: deque = field(default_factory=lambda: deque(maxlen=WINDOW))  # vLLM's work between forwards (s)
     overshoots: deque = field(default_factory=lambda: deque(maxlen=WINDOW))  # sleeps' lateness (s)
-    prev_end: float | None = None
+    prev_end: float | None = None  # when the last forward returned
+    due: float | None = None  # when the last step's window closed: its deadline, or its real end if it overran
     stats: dict[str, float] = field(default_factory=lambda: dict.fromkeys(
         ("steps", "overruns", "configured_ms", "slept_ms"), 0.0))
     last_log: float = field(default_factory=time.monotonic)
@@ -83,18 +94,30 @@ class Pacer:
     def _median(xs: deque) -> float:
         return statistics.median(xs) if xs else 0.0
 
+    def _opened(self, started: float, target: float) -> float:
+        """Where this step's window opens: the last deadline, unless the gap since the last forward was idle."""
+        if self.prev_end is None or self.due is None:
+            return started
+        gap = started - self.prev_end
+        self.gaps.append(min(gap, target))
+        usual = self._median(self.gaps)
+        if gap <= IDLE_FACTOR * usual + IDLE_SLACK_S:
+            return self.due
+        return started - usual
+
     def finish(self, started: float, decode: int, prefill: int) -> float:
         """Called when forward's compute is done (started: its clock() at entry); returns the seconds slept."""
         target = self.step.ms(decode, prefill) / 1e3
-        if self.prev_end is not None:
-            self.gaps.append(min(started - self.prev_end, target))
-        rest = target - (self.clock() - started) - self._median(self.gaps) - self._median(self.overshoots)
+        due = self._opened(started, target) + target
+        rest = due - self.clock() - self._median(self.overshoots)
         if rest > 0:
             t0 = self.clock()
             self.sleep(rest)
             self.overshoots.append(max(self.clock() - t0 - rest, 0.0))
+            self.due = due
         else:
             self.stats["overruns"] += 1
+            self.due = self.clock()
         self.prev_end = self.clock()
         s = self.stats
         s["steps"] += 1
