@@ -11,7 +11,7 @@ from rich.progress import (
     Progress,
 )
 
-from harness.analysis.calibrate import levels_held
+from harness.analysis.calibrate import levels_held, more_waves
 from harness.analysis.server_metrics import summarise
 from harness.analysis.stats import level_stats
 from harness.errors import LayerbenchError
@@ -109,7 +109,7 @@ class SweepRun:
         summary.gpu_telemetry, summary.devices = telemetry_note(stack.settings.devices), list(stack.settings.devices)
         summary.tokenizer = gen.counted_with(whose_tokenizer(stack))
         self.labels: dict[int, str] = {os.getpid(): "load client"}
-        self.first_waves: dict[int, list[RequestRecord]] = {}  # calibrate: each level's warmup wave
+        self.waves: dict[int, list[RequestRecord]] = {}  # calibrate: each level's calibration waves
         self.current = 0.0  # the level being measured (its whole, where this process sends a part of it)
         self.where = "the start"
         self.scrape_ms: list[float] = []
@@ -119,7 +119,7 @@ class SweepRun:
 
     def on_record(self, rec: RequestRecord) -> None:
         if self.calibrate and rec.phase == "warmup-sweep":
-            self.first_waves.setdefault(rec.level, []).append(rec)
+            self.waves.setdefault(rec.level, []).append(rec)
         d = self._tagged(rec.to_json())
         if self.split.n > 1:
             d["worker"] = 0
@@ -157,6 +157,13 @@ class SweepRun:
             if self.shard is not None:
                 self.shard.sync(f"warmup {c}")
             why = eventloop.run(self.driver.warm(c, self.on_record))
+            if self._calibrating():  # the level's first wave met its batch shapes (a compiled engine compiles
+                # them there, and a c=1 request read a 43 ms stall and tokens bunched after it): not the step
+                self.waves.pop(c, None)
+                waves, t0 = 0, time.monotonic()
+                while not why and more_waves(self.profile.engine.step, int(c), self.waves.get(c, []), waves,
+                                             time.monotonic() - t0):
+                    why, waves = eventloop.run(self.driver.warm(c, self.on_record)), waves + 1
             if why:
                 s.stopped = f"warmup sweep at {level_text(c, self.profile.open_loop)}: {why}"
                 save(self.writer, s)
@@ -165,13 +172,16 @@ class SweepRun:
         # the calibration reads each closed-loop level's wave as c sequences decoding at once; an open-loop level
         # (a rate, a trace's replay) holds no fixed batch, and its windows' step check says what the host held
         # (harness.analysis.emulation). A GPU-like compare of a rate or a trace stopped here with a level of 2.59
-        if self.calibrate and self.profile.engine.step is not None and not self.profile.open_loop:
+        if self._calibrating():
             self._calibrated()
+
+    def _calibrating(self) -> bool:
+        return self.calibrate and self.profile.engine.step is not None and not self.profile.open_loop
 
     def _calibrated(self) -> None:
         """Only the levels whose emulated step this host held in the warmup sweep are measured."""
         assert self.profile.engine.step is not None
-        cal = self.summary.calibration = levels_held(self.profile.engine.step, self.first_waves)
+        cal = self.summary.calibration = levels_held(self.profile.engine.step, self.waves)
         self.levels = [c for c in self.levels if c in cal.kept]
         if not self.levels:
             save(self.writer, self.summary)

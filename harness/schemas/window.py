@@ -229,8 +229,9 @@ class DtypeChoice(BaseModel):
 
 class LevelHold(BaseModel):
     level: int
-    measured_ms: float | None  # mean over the wave's requests of each one's median gap between tokens
+    measured_ms: float | None  # mean over the calibration's requests of each one's median gap between tokens
     configured_ms: float
+    requests: int | None = None  # how many requests measured_ms is the mean of (None: stored before it was kept)
 
     @property
     def held(self) -> bool:
@@ -244,7 +245,7 @@ class Calibration(BaseModel):
 
     def text(self) -> str:
         if not self.checks:
-            return "no level's calibration wave was recorded"
+            return "no level's calibration was recorded"
         if not self.left_out:
             return f"this host held the emulated step within {TOLERANCE:.0%} at every level (c={self.kept})"
         return (f"left out c={sorted(self.left_out)}: " + "; ".join(f"c={k}: {v}" for k, v in

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from harness.analysis.calibrate import levels_held
+from harness.analysis.calibrate import MAX_S, MAX_WAVES, levels_held, more_waves
 from harness.analysis.conclude import pair_order
 from harness.analysis.stats import steady_window, tokens_between
 from harness.analysis.verdict import Criteria, balanced_mean, components, holm, judge
@@ -109,6 +109,23 @@ def test_the_calibration_keeps_the_levels_up_to_the_highest_one_held():
     assert "19.0 ms against 16.4 ms configured" in cal.left_out[64]
     nothing = levels_held(step, {1: wave(1, 30.0)})
     assert nothing.kept == [] and "no level held" in nothing.left_out[1]
+
+
+def test_a_level_is_calibrated_on_enough_gaps_to_fall_on_one_side_of_the_tolerance():
+    """One request at c=1 is 9 gaps here: never enough. Then the level stops sampling once its estimate's
+    interval is clear of the bound (10 ms x 1.1), and goes on while the interval holds it, to its cap."""
+    step = EmulatedStep(base_ms=10.0, decode_ms_per_token=0.0, prefill_ms_per_token=0.0)
+    rng = np.random.default_rng(7)
+
+    def wave(n: int, gap: float, sd: float) -> list[RequestRecord]:
+        return [rec(i, 0, 30, 1, gap_ms=float(g)) for i, g in enumerate(rng.normal(gap, sd, n))]
+
+    assert more_waves(step, 1, wave(1, 10.0, 0.0), 1, 0.1)
+    assert not more_waves(step, 1, wave(40, 10.0, 0.5), 40 - 1, 4.0)  # 10.0 +- 0.16 against 11.0
+    near = wave(40, 11.0, 0.5)  # the bound inside its interval: one more wave
+    assert more_waves(step, 1, near, 39, 4.0)
+    assert not more_waves(step, 1, near, MAX_WAVES, 4.0) and not more_waves(step, 1, near, 39, MAX_S)
+    assert levels_held(step, {1: near}).checks[0].requests == 40
 
 
 def test_bfloat16_is_kept_only_where_the_cpu_computes_it(tmp_path):
