@@ -4,13 +4,16 @@ the configured step, and does its worker's CPU fall as a worker waiting on its G
 Bare vLLM is deployed twice with the `gpu-like` profile's engine settings: once with the GPU-like model, once with
 the tiny model it wraps (computed on this host's CPU). Each serves LEVELS, one window each, scraped at the window's
 edges only. Measured step: the engine's mean inter-token latency over the window; configured: the profile's step
-for the window's own mix (harness/analysis/emulation.py). CPU: the worker's and EngineCore's cores during the window."""
+for the window's own mix (harness/analysis/emulation.py). The client's step: each request's median gap between
+tokens, averaged, against the step for c decoding sequences, as a compare's calibration judges a level
+(harness/analysis/calibrate.py). CPU: the worker's and EngineCore's cores during the window."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
+import numpy as np
 from rich.progress import Progress, TaskID
 
 from harness.analysis.emulation import ENGINE_CORE, TOLERANCE, WORKER, configured_ms
@@ -46,8 +49,10 @@ def _window(stack: Stack, profile: LoadProfile, client: StreamClient, gen: Promp
         server = summarise(scraper.new_scrapes())
     cores = {k: v / run.window_s for k, v in run.process_cpu_s.items()} if run.window_s else {}
     step = profile.engine.step
+    gaps = [float(np.median(np.diff(r["event_ms"]))) for r in run.records if r["ok"] and len(r["event_ms"]) > 2]
     return {
         "concurrency": c, "failed": sum(not r["ok"] for r in run.records),
+        "client_ms": float(np.mean(gaps)) if gaps else None, "client_configured_ms": step.ms(c) if step else None,
         "measured_ms": server.engine_itl_ms,
         "configured_ms": configured_ms(step, server) if step else None,
         "tokens_per_step": server.engine_step_tokens / server.engine_steps if server.engine_steps else None,
@@ -109,12 +114,16 @@ def verdicts(rows: list[dict]) -> list[Verdict]:
     return out
 
 
+def _off(measured: float | None, configured: float | None) -> str:
+    return fmt(100 * (measured / configured - 1) if measured and configured else None, "{:+.1f}%")
+
+
 def render(rows: list[dict], wall_s: float) -> list[str]:
     step = load_profile("gpu-like").engine.step
     table = [[r["model"], str(r["concurrency"]), fmt(r["tokens_per_step"]), fmt(r["configured_ms"], "{:.2f}"),
-              fmt(r["measured_ms"], "{:.2f}"),
-              fmt(100 * (r["measured_ms"] / r["configured_ms"] - 1) if r["measured_ms"] and r["configured_ms"]
-                  else None, "{:+.1f}%"),
+              fmt(r["measured_ms"], "{:.2f}"), _off(r.get("measured_ms"), r.get("configured_ms")),
+              fmt(r.get("client_configured_ms"), "{:.2f}"), fmt(r.get("client_ms"), "{:.2f}"),
+              _off(r.get("client_ms"), r.get("client_configured_ms")),
               f"{r['worker_cores']:.2f}",
               fmt(r["worker_cores"] * r["measured_ms"] if r["measured_ms"] else None, "{:.2f}"),
               f"{r['engine_core_cores']:.2f}", f"{r['api_server_cores']:.2f}",
@@ -125,11 +134,14 @@ def render(rows: list[dict], wall_s: float) -> list[str]:
         f"Bare vLLM with the `gpu-like` profile's engine settings, once with the GPU-like model (step: "
         f"{step.text() if step else '—'}) and once with the tiny model it wraps, computed on this host. One window "
         f"per level (the profile's sizes), scraped at its edges only. Measured: the engine's mean inter-token "
-        "latency; configured: the step for the window's own mix of decoding sequences and prompt tokens. Cores: "
+        "latency; configured: the step for the window's own mix of decoding sequences and prompt tokens. The client's: "
+        "each request's median gap between tokens, averaged, against the step for c decoding sequences (what a "
+        "compare's calibration holds within 10% or leaves the level out for). Cores: "
         "CPU seconds over the window's wall time; the worker's CPU per step is its cores × the measured step: what the "
         "sleep does not remove, the tiny model's forward and vLLM's own work in the worker (inputs, sampling).",
         "",
-        markdown_table(["model", "c", "tokens per step", "configured ms", "measured ms", "off", "worker cores",
+        markdown_table(["model", "c", "tokens per step", "configured ms", "measured ms", "off",
+                        "client: configured ms", "client: measured ms", "client: off", "worker cores",
                         "worker CPU ms per step", "EngineCore cores", "API server cores", "client CPU", "failed"],
                        table),
         "",
