@@ -50,7 +50,7 @@ def more_waves(step: EmulatedStep, c: int, records: Sequence[RequestRecord], wav
 
 
 def levels_held(step: EmulatedStep, waves: Mapping[int, Sequence[RequestRecord]]) -> Calibration:
-    """waves: level -> the warmup wave's records at that level, on the bare engine."""
+    """waves: level -> the calibration waves' records at that level (its first wave not among them), bare engine."""
     checks = []
     for c, records in sorted(waves.items()):
         gaps = _medians(records)
