@@ -16,7 +16,7 @@ harness/host/dtype.py).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -30,8 +30,13 @@ MAX_WAVES = 40
 MAX_S = 20.0  # the most a level's calibration sends for (a slow level: 40 waves at 64 tokens of a 20 ms step)
 
 
+def request_medians(events: Iterable[Sequence[float]]) -> list[float]:
+    """Each request's median gap between tokens (ms), from its event times, for requests with at least 2 gaps."""
+    return [float(np.median(np.diff(e))) for e in events if len(e) > 2]
+
+
 def _medians(records: Sequence[RequestRecord]) -> list[float]:
-    return [float(np.median(np.diff(r.event_ms))) for r in records if r.ok and len(r.event_ms) > 2]
+    return request_medians(r.event_ms for r in records if r.ok)
 
 
 def more_waves(step: EmulatedStep, c: int, records: Sequence[RequestRecord], waves: int, elapsed_s: float) -> bool:

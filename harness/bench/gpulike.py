@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 from rich.progress import Progress, TaskID
 
+from harness.analysis.calibrate import request_medians
 from harness.analysis.emulation import ENGINE_CORE, TOLERANCE, WORKER, configured_ms
 from harness.analysis.server_metrics import summarise
 from harness.bench.figures import Verdict
@@ -49,7 +50,7 @@ def _window(stack: Stack, profile: LoadProfile, client: StreamClient, gen: Promp
         server = summarise(scraper.new_scrapes())
     cores = {k: v / run.window_s for k, v in run.process_cpu_s.items()} if run.window_s else {}
     step = profile.engine.step
-    gaps = [float(np.median(np.diff(r["event_ms"]))) for r in run.records if r["ok"] and len(r["event_ms"]) > 2]
+    gaps = request_medians(r["event_ms"] for r in run.records if r["ok"])
     return {
         "concurrency": c, "failed": sum(not r["ok"] for r in run.records),
         "client_ms": float(np.mean(gaps)) if gaps else None, "client_configured_ms": step.ms(c) if step else None,
