@@ -5,8 +5,8 @@ sleeps until the window has lasted the configured time. So vLLM's own work betwe
 (sampling, output processing, preparing the next batch: 2-5 ms per step on a 2-core host) falls inside the step,
 as the CPU work of a GPU host overlaps its GPU's, and a sleep that woke late is made up by the next one instead of
 adding to every step. An earlier pacer took running medians of that work and of the sleep's lateness out of each
-sleep; whatever the medians missed came after the step, and a 6 ms step at c=1 read 6.9 ms from the client on a
-near-idle 2-core host (+15%, where a level is held within 10%).
+sleep; whatever the medians missed came after the step (the client read the gpu-like profile's step 1.6% long at
+c=64 on a 2-core host, 0.5% with deadlines: make calibrate, 2026-12-07).
 
 A gap between forwards much longer than vLLM's usual work there is idle time (no request to run), not work: after
 it the window opens that usual work before the forward, so a request arriving at an idle engine still waits its
