@@ -47,6 +47,8 @@ MDE ?=
 BUDGET ?=
 MAX_PAIRS ?=
 DEPLOYMENTS ?=
+# BUSY_HOST=warn|go (compare): a busy host is refused before deploying unless warn (say so, go on) or go (not checked)
+BUSY_HOST ?=
 RESUME ?=
 DURATION ?= 600
 ARGS ?=
@@ -169,7 +171,7 @@ serve: $(needs)  ## deploy a stack (BOTH=1: and its bare vLLM) as a compare does
 compare: $(needs)  ## a layer against its version-matched bare vLLM; report under reports/<run>/
 	$(LB) compare $(if $(RESUME),--resume $(RESUME),--stack $(STACK) --profile $(PROFILE) $(MODEL_ARGS)) \
 		$(if $(REPEATS),--repeats $(REPEATS)) $(if $(PAIRS),--pairs $(PAIRS)) $(if $(DEPLOYMENTS),--deployments $(DEPLOYMENTS)) $(OPTS) --target $(TARGET) $(if $(CLUSTER_CONFIG),--cluster-config $(CLUSTER_CONFIG)) \
-		$(if $(MDE),--mde $(MDE)) $(if $(BUDGET),--budget $(BUDGET)) $(if $(MAX_PAIRS),--max-pairs $(MAX_PAIRS)) $(ARGS)
+		$(if $(MDE),--mde $(MDE)) $(if $(BUDGET),--budget $(BUDGET)) $(if $(MAX_PAIRS),--max-pairs $(MAX_PAIRS)) $(if $(BUSY_HOST),--busy-host $(BUSY_HOST)) $(ARGS)
 
 # why the layer costs, alone, in a few minutes: one pair, every level profiled after its window (LEVELS=1,16)
 diagnose: $(needs)  ## one pair with every process profiled: the diagnosis report without a verdict's pairs

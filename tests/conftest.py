@@ -116,6 +116,8 @@ def pytest_configure(config: pytest.Config) -> None:
         # a compare's profiled windows only where a test asks for them (--cpu-profile): the others would each pay
         # one more window per level and side for what they do not check
         os.environ.setdefault("LAYERBENCH_CPU_PROFILE", "0")
+        # the slow lane runs two compares at once, each the other's "busy host": they say so and go on
+        os.environ.setdefault("LAYERBENCH_BUSY_HOST", "warn")
 
 
 def marked_processes(mark: str) -> list[psutil.Process]:

@@ -6,6 +6,7 @@ tears the deployment down, keeps what was measured and marks the run interrupted
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from harness.cli.common import (
 )
 from harness.cli.targets import TargetRun, add_target_arguments, check_target, run_target
 from harness.errors import LayerbenchError
+from harness.host.busy import MODES, check_host
 from harness.measure.run import Output
 from harness.procedures.pipeline import failure_reason, open_run, recorded
 from harness.profile.loading import load_profile
@@ -116,6 +118,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                               "the local target (`make compare` without TARGET=)")
     if args.target != "local" or args.dry_run:
         return run_target(TargetRun("compare", args, stack, profile, run_id, repeats), console)
+    host = check_host(args.busy_host or os.environ.get("LAYERBENCH_BUSY_HOST", "refuse"), warn)  # before deploying
     from harness.procedures.compare import run_compare
     from harness.reporting.report import REPORTS_DIR
     from harness.reporting.terminal import compare_summary
@@ -123,7 +126,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     allow_mismatch = plan.allow_version_mismatch if plan else args.allow_version_mismatch
     run = open_run(p, "compare", Output.to(console), {
         "repeats": repeats, "profile": profile.model_dump(), "options": dict(stack.settings.options),
-        "allow_version_mismatch": allow_mismatch, **({"invocations": plan.history} if plan else {})},
+        "allow_version_mismatch": allow_mismatch, "host_load": host.to_json() if host else None,
+        **({"invocations": plan.history} if plan else {})},
         plan).with_repeats(repeats).with_profiling(profiling)
     writer = run.writer
     if not_profiled:
@@ -267,6 +271,8 @@ def _add_compare(sub, profile_help: str, results_help: str) -> None:
     c.add_argument("--resume", metavar="RUN_ID", help="continue an interrupted or failed compare after its last "
                    "complete level; the other options may be left out (they must match when given)")
     c.add_argument("--allow-version-mismatch", action="store_true")
+    c.add_argument("--busy-host", choices=MODES, default=None, help="a local compare first probes the host for "
+                   "a second: refuse (default) stops on a busy host, warn goes on, go skips it ($LAYERBENCH_BUSY_HOST)")
     c.add_argument("--gpu-hourly-usd", type=inputs.positive_float, default=None,
                    help="what one GPU costs per hour: the report adds the run's cost and $ per million output "
                    "tokens per level (default: $GPU_HOURLY_USD)")
