@@ -40,6 +40,11 @@ class Emulator(Controller):
         self.fail_delete: dict[str, int] = {}  # object name -> HTTP status its DELETE answers
         self.stuck: set[str] = set()  # objects whose deletion never finishes (a finalizer nobody removes)
         self.flaky: dict[str, int] = {}  # object name -> how many more requests naming it answer 503
+        # (plural, namespace, name) the kubeconfig's user may not read: a GET answers 403 Forbidden as the apiserver
+        # words it (k8s.io/apiserver endpoints/handlers/responsewriters/errors.go forbiddenMessage; apimachinery
+        # pkg/api/errors/errors.go NewForbidden: reason Forbidden, details name and kind)
+        self.forbidden: set[tuple[str, str, str]] = set()
+        self.user = "system:serviceaccount:layerbench:runner"
         self.requests: list[tuple[str, str, dict[str, list[str]]]] = []
         self.created: list[dict[str, Any]] = []  # every object a client created, as it was sent
         self.tick_count = 0
@@ -176,6 +181,12 @@ class Emulator(Controller):
         if ns and ("api/v1", "namespaces", "", ns) not in self.store and method == "POST":
             return 404, _status(404, "NotFound", f'namespaces "{ns}" not found')
         key = (prefix, plural, ns, name or "")
+        if method == "GET" and (plural, ns, name or "") in self.forbidden:
+            where = f'in the namespace "{ns}"' if ns else "at the cluster scope"
+            group = prefix.split("/")[1] if prefix.startswith("apis/") else ""
+            return 403, {**_status(403, "Forbidden", f'{plural} "{name}" is forbidden: User "{self.user}" cannot get '
+                                   f'resource "{plural}" in API group "{group}" {where}'),
+                         "details": {"name": name, "kind": plural}}
         if self.flaky.get(name or "", 0) > 0:
             self.flaky[name or ""] -= 1
             return 503, _status(503, "ServiceUnavailable", "the server is currently unable to handle the request")

@@ -107,6 +107,21 @@ def test_a_serverless_default_is_a_warning_naming_the_annotation_each_service_ca
         == "Standard"
 
 
+@pytest.mark.parametrize("forbidden", [("configmaps", "kserve", "inferenceservice-config"),
+                                       ("namespaces", "", "kserve")])
+def test_a_tenant_who_may_not_read_kserves_namespace_gets_a_warning_not_a_crash(forbidden) -> None:
+    """A user confined to their own namespace is answered 403 for KServe's ConfigMap (or the namespace itself, a
+    cluster-scoped read): preflight says what it could not check and goes on, as it does for CRDs and nodes."""
+    with Emulator() as emu, connect(emu) as c:
+        emu.forbidden.add(forbidden)
+        warnings = preflight(c, ClusterSettings(gpus=0), ["kserve"], [isvc("i")])
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith(f"cannot check KServe's install in namespace kserve (403 Forbidden: "
+                                  f'{forbidden[0]} "{forbidden[2]}" is forbidden: User "system:serviceaccount:'), \
+        warnings[0]
+    assert "RawDeployment" in warnings[0]
+
+
 # --- a real cluster ---------------------------------------------------------------------------------
 @pytest.mark.cluster
 def test_preflight_on_a_real_cluster() -> None:

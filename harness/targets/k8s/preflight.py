@@ -74,10 +74,20 @@ def kserve_mode_fix(namespace: str) -> str:
 
 def _check_kserve(cluster: Cluster, settings: ClusterSettings, warnings: list[str]) -> None:
     core, ns = k8s.CoreV1Api(cluster.api), settings.kserve_namespace
-    if _read(core.read_namespace, ns) is None:
+    try:
+        found = _read(core.read_namespace, ns)
+        cm = _read(core.read_namespaced_config_map, ISVC_CONFIG, ns) if found is not None else None
+    except ApiException as e:  # a tenant may not read KServe's namespace or its settings (403): a warning
+        if e.status != 403:
+            raise LayerbenchError(f"cannot read KServe's namespace {ns} or its ConfigMap {ISVC_CONFIG}: "
+                                  f"{api_error(e)}") from None
+        warnings.append(f"cannot check KServe's install in namespace {ns} ({api_error(e)}): its default deployment "
+                        f"mode is unknown; every InferenceService layerbench creates asks for {MODE_ANNOTATION}: "
+                        "RawDeployment, and creating them will tell")
+        return
+    if found is None:
         raise LayerbenchError(f"namespace {ns} missing: KServe is not installed (stack kserve needs its controller "
                               f"there); install KServe, or set ClusterSettings.kserve_namespace to where it runs")
-    cm = _read(core.read_namespaced_config_map, ISVC_CONFIG, ns)
     if cm is None:
         raise LayerbenchError(f"ConfigMap {ns}/{ISVC_CONFIG} missing: KServe's controller reads its settings "
                               f"there; reinstall KServe")
