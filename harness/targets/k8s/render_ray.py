@@ -112,7 +112,7 @@ def render_ray(stack: Stack, cs: ClusterSettings, run_id: str, label: str) -> De
         del cluster["rayVersion"]
     head = cluster["headGroupSpec"]["template"]
     head["metadata"]["labels"] = labels(run_id, label, "layer")
-    _ray_pod(head, stack, cs, resources(cs.ray_head_cpu, cs.ray_head_memory))
+    _ray_pod(head, stack, cs, resources(cs.ray_head_cpu, cs.ray_head_memory), cache=False)
     engine = labels(run_id, label, "engine")
     count = engine_count(stack)
     # Each worker's GPUs are its container's nvidia.com/gpu limit: KubeRay passes that to `ray start` as --num-gpus
@@ -142,13 +142,17 @@ def render_ray(stack: Stack, cs: ClusterSettings, run_id: str, label: str) -> De
                     metrics=named(urls, "ray_metrics"), aliases=("ray_vllm_",), engine_images=[cs.ray_image])
 
 
-def _ray_pod(pod: dict[str, Any], stack: Stack, cs: ClusterSettings, amounts: dict[str, Any]) -> None:
-    """A Ray pod's container (its environment, resources, the HF cache) and volumes. The head mounts the cache too:
-    the application is built there and may read the model's config."""
+def _ray_pod(pod: dict[str, Any], stack: Stack, cs: ClusterSettings, amounts: dict[str, Any],
+             cache: bool = True) -> None:
+    """A Ray pod's container (its environment, resources and, with `cache`, the HF cache) and volumes. Only the
+    GPU workers mount the cache: the engine reads the model there (Ray Serve LLM loads its config in the engine
+    replica: apply_checkpoint_info, ray/llm/_internal/serve/engines/vllm/vllm_engine.py, Ray 2.60.0), and a
+    ReadWriteOnce claim attaches to one node only, ReadWriteOncePod to one pod (kubernetes.io, persistent volumes'
+    access modes): a head on another node that mounted it too would never start (Multi-Attach)."""
     c = pod["spec"]["containers"][0]
     c.update(env=env_list(ray_env(stack), cs), resources=amounts, securityContext=container_security(),
-             volumeMounts=engine_mounts(RAY_HF_HOME))
-    pod["spec"]["volumes"] = [cache_volume(cs), shm_volume(cs)]
+             volumeMounts=[m for m in engine_mounts(RAY_HF_HOME) if cache or m["name"] != "hf-cache"])
+    pod["spec"]["volumes"] = [cache_volume(cs), shm_volume(cs)] if cache else [shm_volume(cs)]
     pod["spec"]["automountServiceAccountToken"] = False
 
 
