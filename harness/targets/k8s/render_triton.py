@@ -84,7 +84,9 @@ def render_triton(stack: TritonStack, cs: ClusterSettings, run_id: str, label: s
     svc["metadata"]["labels"] = engine
     svc["spec"]["selector"] = engine
     url = service_url(name, cs.namespace, HTTP_PORT)
-    # as the local Triton stack declares them: the serving port, and Triton's own metrics port
-    metrics = {"api": f"{url}/metrics", "triton_metrics": f"{service_url(name, cs.namespace, HTTP_PORT + 2)}/metrics"}
+    # as the local Triton stack declares them (metric_endpoints): Triton's own metrics port, HTTP + 2 (8002, its
+    # --metrics-port default: triton-inference-server/server docs/user_guide/metrics.md). The serving port has no
+    # /metrics (the stack's metricless_endpoints), so it is not scraped: each scrape would be a 404 gap
+    metrics = {"triton_metrics": f"{service_url(name, cs.namespace, HTTP_PORT + 2)}/metrics"}
     return Deployed(objects=[repo, dep, svc], ready=[("Deployment", name)], url=url, engine_selector=selector(engine),
                     protocol="triton", model=model, metrics=metrics, engine_images=[cs.triton_image])
