@@ -216,3 +216,16 @@ def test_the_triton_client_lock_keeps_every_package_the_client_lock_pins_at_its_
     assert len(shared) > 5, "triton-client.txt shares almost no package with client.txt"
     assert [f"{e.name}=={e.version}" for e in shared if (e.name, e.version) not in client] == []
     assert "tritonclient" in {e.name for e in triton} and "tritonclient" not in client_names
+
+
+def test_the_harness_image_installs_the_client_from_its_lock_and_resolves_nothing_again():
+    """The k8s load Job's image (Dockerfile) runs the same client `make setup` installs: every package from
+    locks/client.txt with its hashes, then layerbench itself without its dependencies (a plain `pip install -e .`
+    resolved them afresh, to whatever the index held the day the image was built)."""
+    text = (ROOT / "Dockerfile").read_text()
+    run = " ".join(line.strip().rstrip("\\") for line in text.split("RUN ", 1)[1].splitlines()
+                   if not line.lstrip().startswith(("USER", "CMD", "#")))
+    assert "COPY locks/client.txt" in text
+    installs = [p.strip() for p in run.split("&&") if "pip install" in p]
+    assert installs[0].endswith("--require-hashes -r locks/client.txt"), installs
+    assert all("--no-deps" in p for p in installs[1:]) and len(installs) == 2, installs
