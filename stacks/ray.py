@@ -138,6 +138,11 @@ class RayStack(LocalServerStack):
     k8s_crds = (("ray.io", "RayService", "v1"),)
     in_request_path = True
     replicas_by = "layer"  # engine.replicas LLMServer replicas, spread by request_router
+    # rayproject/ray-llm's image turns vLLM's FlashInfer sampler off (`ENV VLLM_USE_FLASHINFER_SAMPLER=0`, "to avoid
+    # performance surprises": ray-project/ray docker/ray-llm/Dockerfile); vllm/vllm-openai leaves vLLM's default.
+    # Its other change, a patch of vLLM's compile-cache paths (same file), moves where compiled graphs are cached,
+    # not the step, and cannot be put on another image
+    image_engine_env = {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
     description = "Ray Serve LLM (proxy -> OpenAiIngress -> LLMServer) on a private local Ray"
     server_name = "Ray Serve"
     replaces_frontend = ("vLLM's OpenAI API server: requests enter through Ray Serve's HTTP proxy and its "

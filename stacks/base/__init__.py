@@ -158,6 +158,9 @@ class Stack(ABC):
     docker_form: ClassVar[str | None] = None
     k8s_form: ClassVar[str | None] = None
     k8s_crds: ClassVar[tuple[tuple[str, str, str], ...]] = ()  # (group, kind, version) its k8s form applies
+    # engine settings the layer's published image sets in its environment (docker and k8s targets): the bare
+    # baseline's container gets them too, so the two sides' engines differ by the layer only
+    image_engine_env: ClassVar[dict[str, str]] = {}
     # engine.replicas above 1: "client", a bare engine the load client spreads over (stacks.base.replicas);
     # "layer", a layer that fronts every engine itself; "": a stack that cannot (refused before deploying)
     replicas_by: ClassVar[Literal["client", "layer", ""]] = ""

@@ -88,9 +88,30 @@ def test_ray_serve_config_and_readiness():
     assert config["http_options"] == {"host": "127.0.0.1", "port": 8000}
     assert config["applications"][0]["args"]["ingress_deployment_config"]["num_replicas"] == 1
     side = plan.sides[1]
-    assert image_args(side.run, side.image) == ["serve", "run", "/home/ray/serve.yaml"]
+    # Ray 2.60 picks a random metrics port unless told (RayParams.metrics_export_port defaults to None): the
+    # container starts Ray on the port the scrape reads, then deploys on that Ray
+    assert side.run[side.run.index("--entrypoint") + 1] == "bash"
+    (script,) = image_args(side.run, side.image)[1:]
+    port = next(int(t.split("=", 1)[1]) for t in script.split() if t.startswith("--metrics-export-port="))
+    assert script.startswith("ray start --head ") and script.endswith("exec serve run --address=auto "
+                                                                      "/home/ray/serve.yaml"), script
+    endpoints = next(a for a in side.load if a.startswith("metric_endpoints="))
+    assert f"ray_metrics=http://127.0.0.1:{port}/metrics" in endpoints, endpoints
     url, body = side.ready
     assert url.endswith("/v1/completions") and '"max_tokens": 1' in body  # a completion, not just the ingress
+
+
+# rayproject/ray-llm's image (ray-project/ray docker/ray-llm/Dockerfile): `ENV VLLM_USE_FLASHINFER_SAMPLER=0`;
+# vllm/vllm-openai's sets no such variable
+RAY_LLM_IMAGE_ENV = {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
+
+
+def test_rays_baseline_runs_its_engine_with_the_engine_settings_rays_image_sets():
+    base, layer = render("ray").sides
+    for key, value in RAY_LLM_IMAGE_ENV.items():
+        assert f"{key}={value}" in base.run, base.run  # set on the bare vLLM; Ray's own image sets it already
+    other, _ = render("vllm").sides
+    assert not any(a.startswith("VLLM_USE_FLASHINFER_SAMPLER=") for a in other.run)  # A/A: neither side
 
 
 def test_triton_mounts_its_model_repository_and_loads_through_generate_stream():
@@ -101,8 +122,8 @@ def test_triton_mounts_its_model_repository_and_loads_through_generate_stream():
     assert "$RUN_DIR/stack-triton-repo:/models" in side.run
     assert "--http-address=127.0.0.1" in side.run
     assert side.load[-8:-4] == ["--opt", "protocol=triton", "--opt", "model=qwen2.5-0.5b-instruct"]
-    assert side.load[-3] == ("metric_endpoints=api=http://127.0.0.1:8000/metrics,"
-                             "triton_metrics=http://127.0.0.1:8002/metrics")  # Triton's own port, as locally
+    # Triton's own port only, as locally: the serving port has no /metrics (Triton's docs/user_guide/metrics.md)
+    assert side.load[-3] == "metric_endpoints=triton_metrics=http://127.0.0.1:8002/metrics"
 
 
 def test_kserve_inprocess_loads_through_kserves_openai_routes():

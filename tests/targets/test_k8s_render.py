@@ -150,6 +150,18 @@ def test_rayservice_has_the_local_serve_shape():
     assert group["template"]["metadata"]["labels"]["layerbench.io/role"] == "engine"
 
 
+def test_rays_baseline_deployment_gets_the_engine_settings_rays_image_sets():
+    """rayproject/ray-llm sets VLLM_USE_FLASHINFER_SAMPLER=0 (ray-project/ray docker/ray-llm/Dockerfile), the bare
+    vllm/vllm-openai baseline does not: the baseline's pod gets it, so the sides differ by the layer."""
+    base = plan("ray").sides[0]
+    (dep,) = [o for o in base.objects if o["kind"] == "Deployment"]
+    env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["VLLM_USE_FLASHINFER_SAMPLER"] == "0", env
+    (dep,) = [o for o in plan("vllm").sides[0].objects if o["kind"] == "Deployment"]
+    assert "VLLM_USE_FLASHINFER_SAMPLER" not in {e["name"] for e in dep["spec"]["template"]["spec"]["containers"][0]
+                                                ["env"]}
+
+
 def test_extra_vllm_flags_cannot_reach_ray():
     s = get_stack("ray")(DeploySettings(engine=PROFILE.engine.model_copy(update={"extra_args": ["--x"]})))
     with pytest.raises(LayerbenchError, match="extra_args"):
@@ -183,9 +195,10 @@ def test_triton_serves_nvidias_vllm_backend_from_a_configmap_repository():
     assert (side.protocol, side.url) == ("triton", "http://lb-stack-triton-abc123.layerbench.svc.cluster.local:8000")
     args = side.load_job["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[-8:-4] == ["--opt", "protocol=triton", "--opt", f"model={model}"]
-    # the load reads Triton's own metrics port, as the local stack does
+    # the load reads Triton's own metrics port, as the local stack does, and not the serving port: Triton serves
+    # metrics on 8002 only (triton-inference-server/server docs/user_guide/metrics.md), :8000/metrics is a 404
     svc = f"http://{side.url.split('//')[1].split(':')[0]}"
-    assert args[-4:-2] == ["--opt", f"metric_endpoints=api={svc}:8000/metrics,triton_metrics={svc}:8002/metrics"]
+    assert args[-4:-2] == ["--opt", f"metric_endpoints=triton_metrics={svc}:8002/metrics"]
 
 
 def test_triton_engine_metrics_option_reaches_the_engine_spec():

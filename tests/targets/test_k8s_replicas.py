@@ -139,6 +139,49 @@ def test_vllm_router_has_every_engine_service_as_a_worker_and_reads_each_engine(
     assert side.url == f"http://lb-stack-vllm-router-abc123.{NS}.svc.cluster.local:8080"
 
 
+# vllm-project/router's Dockerfile.router (as published: vllm/vllm-router, .buildkite/publish-release-images.sh):
+# no ENTRYPOINT, and CMD ["vllm-router", "--host", "0.0.0.0", "--port", "8080"]
+ROUTER_IMAGE_ENTRYPOINT: list[str] = []
+ROUTER_IMAGE_CMD = ["vllm-router", "--host", "0.0.0.0", "--port", "8080"]
+
+
+def container_argv(c: dict, entrypoint: list[str], cmd: list[str]) -> list[str]:
+    """What a container runs (kubernetes.io, define-command-argument-container): `command` replaces the image's
+    ENTRYPOINT, `args` its CMD, and an image's CMD is dropped once `command` is set."""
+    first = c["command"] if "command" in c else entrypoint
+    rest = c["args"] if "args" in c else (cmd if "command" not in c else [])
+    return [*first, *rest]
+
+
+def test_the_router_pod_runs_the_router_binary_with_the_local_stacks_arguments():
+    side = plan("vllm-router").sides[1]
+    (c,) = named(side, "Deployment", "lb-stack-vllm-router-abc123")["spec"]["template"]["spec"]["containers"]
+    argv = container_argv(c, ROUTER_IMAGE_ENTRYPOINT, ROUTER_IMAGE_CMD)
+    assert argv[0] == "vllm-router" and argv[1:] == c["args"] and argv[1] == "--host", argv
+
+
+# kubernetes.io, persistent volumes' access modes: ReadWriteOnce "can be mounted as read-write by a single node",
+# ReadWriteOncePod by a single pod in the whole cluster. Pods on two nodes sharing an RWO claim: Multi-Attach
+RWOP_PODS = 1
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_only_the_gpu_workers_mount_the_hf_cache_claim(replicas):
+    """Ray's head (no GPU, placed on any node) never mounts the cache claim: with a ReadWriteOnce claim on another
+    node than the engine's, or any ReadWriteOncePod claim, it would never start."""
+    side = plan("ray", replicas=replicas).sides[1]
+    (svc,) = [o for o in side.objects if o["kind"] == "RayService"]
+    cluster = svc["spec"]["rayClusterConfig"]
+    pods = [cluster["headGroupSpec"]["template"], *(g["template"] for g in cluster["workerGroupSpecs"])]
+    claiming = [p for p in pods if any((v.get("persistentVolumeClaim") or {}).get("claimName") == "hf-cache"
+                                       for v in p["spec"]["volumes"])]
+    assert all("nvidia.com/gpu" in p["spec"]["containers"][0]["resources"]["limits"] for p in claiming), claiming
+    assert len(claiming) == replicas  # a worker group per engine, each at cs.replicas = 1 pod: RWOP holds per engine
+    head = cluster["headGroupSpec"]["template"]["spec"]
+    assert not any(m["name"] == "hf-cache" for m in head["containers"][0]["volumeMounts"])
+    assert any(m["mountPath"] == "/dev/shm" for m in head["containers"][0]["volumeMounts"])
+
+
 def test_smg_has_every_engine_service_as_a_worker_and_the_local_stacks_arguments():
     side = plan("smg", policy="round_robin").sides[1]
     urls = [engine_url("stack", "vllm", i) for i in range(2)]

@@ -98,7 +98,8 @@ def vllm(stack: Stack, cs: ClusterSettings, name: str, label: str, files: dict[s
     image = vllm_image(cs)
     run = server(name, cs, Container(image, ["-m", "vllm.entrypoints.openai.api_server",
                                              *vllm_server_args(stack, cs, ROOT_HF_HOME, "127.0.0.1")],
-                                     ROOT_HF_HOME, entrypoint="python3"), gpu_devices(stack, cs))
+                                     ROOT_HF_HOME, stack.image_engine_env, entrypoint="python3"),
+                 gpu_devices(stack, cs))  # the layer image's engine settings too (Stack.image_engine_env)
     url = f"http://127.0.0.1:{VLLM_PORT}"
     return DockerForm(run=run, image=image, url=url, ready=f"{url}/health", metrics=_api(url))
 
@@ -128,12 +129,22 @@ def kserve(stack: Stack, cs: ClusterSettings, name: str, label: str, files: dict
                       url=url, ready=f"http://127.0.0.1:{POD_PORT}/v1/models/{name}", metrics=_api(url))
 
 
+# Ray's metrics agent port in the container. Ray itself picks a random free one unless told (RayParams
+# metrics_export_port defaults to None, ray/_private/parameter.py and node.py's _get_cached_port, Ray 2.60.0);
+# 8080 is KubeRay's default, which it passes as --metrics-export-port (ray-operator utils/constant.go
+# DefaultMetricsPort, common/pod.go), so the docker form passes the same
+RAY_METRICS_PORT = 8080
+
+
 def ray(stack: Stack, cs: ClusterSettings, name: str, label: str, files: dict[str, str]) -> DockerForm:
-    """`serve run` starts a private Ray in the container and deploys the app."""
+    """`ray start --head` with the metrics port the scrape reads, then `serve run` deploys the app on it."""
     config = {"http_options": {"host": "127.0.0.1", "port": SERVE_PORT}, **serve_config(stack, cs)}
     files[f"{label}-ray-serve.yaml"] = yaml.safe_dump(config, sort_keys=False)
-    run = server(name, cs, Container(cs.ray_image, ["serve", "run", "/home/ray/serve.yaml"], RAY_HF_HOME,
-                                     {"RAY_USAGE_STATS_ENABLED": "0"},
+    # `serve run` alone would start Ray itself, with a random metrics port (above): nothing to scrape
+    start = (f"ray start --head --metrics-export-port={RAY_METRICS_PORT} --disable-usage-stats "
+             "&& exec serve run --address=auto /home/ray/serve.yaml")
+    run = server(name, cs, Container(cs.ray_image, ["-c", start], RAY_HF_HOME, {"RAY_USAGE_STATS_ENABLED": "0"},
+                                     entrypoint="bash",
                                      mounts=(f"$RUN_DIR/{label}-ray-serve.yaml:/home/ray/serve.yaml:ro",)),
                  gpu_devices(stack, cs))
     url = f"http://127.0.0.1:{SERVE_PORT}"
@@ -141,7 +152,7 @@ def ray(stack: Stack, cs: ClusterSettings, name: str, label: str, files: dict[st
     # metrics agent is in the container's network namespace, as the local stack reads it
     return DockerForm(run=run, image=cs.ray_image, url=url, ready=f"{url}/v1/completions",
                       ready_body=f'{{"model": "{served_name(cs)}", "prompt": "ready", "max_tokens": 1}}',
-                      metrics={"ray_metrics": "http://127.0.0.1:8080/metrics"}, aliases=("ray_vllm_",))
+                      metrics={"ray_metrics": f"http://127.0.0.1:{RAY_METRICS_PORT}/metrics"}, aliases=("ray_vllm_",))
 
 
 def triton(stack: Stack, cs: ClusterSettings, name: str, label: str, files: dict[str, str]) -> DockerForm:
@@ -154,5 +165,5 @@ def triton(stack: Stack, cs: ClusterSettings, name: str, label: str, files: dict
                  gpu_devices(stack, cs))
     url = f"http://127.0.0.1:{HTTP_PORT}"
     return DockerForm(run=run, image=cs.triton_image, url=url, ready=f"{url}/v2/models/{served_name(cs)}/ready",
-                      metrics={**_api(url), "triton_metrics": f"http://127.0.0.1:{HTTP_PORT + 2}/metrics"},
+                      metrics={"triton_metrics": f"http://127.0.0.1:{HTTP_PORT + 2}/metrics"},  # as render_triton
                       protocol="triton")

@@ -69,8 +69,9 @@ def _engine(stack: Stack, cs: ClusterSettings, name: str, engine: dict[str, str]
     dep["spec"]["selector"]["matchLabels"] = dict(engine)
     pod = dep["spec"]["template"]
     pod["metadata"]["labels"] = dict(engine)
+    env = {**engine_env(ROOT_HF_HOME), **stack.image_engine_env}  # a baseline: the layer image's engine settings
     pod["spec"]["containers"][0].update(
-        args=vllm_server_args(stack, cs, ROOT_HF_HOME, "0.0.0.0"), env=env_list(engine_env(ROOT_HF_HOME), cs),
+        args=vllm_server_args(stack, cs, ROOT_HF_HOME, "0.0.0.0"), env=env_list(env, cs),
         resources=resources(cs.cpu, cs.memory, cs.gpus), securityContext=container_security(),
         volumeMounts=engine_mounts(ROOT_HF_HOME))
     pod["spec"]["volumes"] = [cache_volume(cs), shm_volume(cs)]
