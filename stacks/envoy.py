@@ -48,7 +48,7 @@ class EnvoyStack(FrontedEngineStack):
 
     def __init__(self, settings: DeploySettings, port: int | None = None):
         super().__init__(settings, port)
-        self.admin_port = free_port()
+        self.admin_port = free_port(self.port)
 
     def ports(self) -> list[int]:
         return [self.port, self.admin_port]

@@ -159,7 +159,7 @@ class RayStack(LocalServerStack):
     def __init__(self, settings: DeploySettings):
         super().__init__(settings)
         self.opts = self.options.model_dump(exclude={"port"})
-        self.metrics_port = free_port()
+        self.metrics_port = free_port(self.port)
         self.temp_dir = Path(f"/tmp/lb-ray-{self.port}")  # short: Ray's unix socket paths must fit 107 bytes
         self.log_path = settings.log_dir / f"ray-driver-{self.port}.log"
         self.kept_logs = settings.log_dir / f"ray-session-logs-{self.port}"

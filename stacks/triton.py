@@ -85,7 +85,8 @@ class TritonStack(LocalServerStack):
     def __init__(self, settings: DeploySettings):
         super().__init__(settings)
         self.model: TritonModel = choose_model(settings.target)  # a TRITON_VLLM_MODEL that cannot serve: refused
-        self.grpc_port, self.metrics_port = free_port(), free_port()
+        self.grpc_port = free_port(self.port)
+        self.metrics_port = free_port(self.port, self.grpc_port)
         self.repo = settings.log_dir / f"triton-repo-{self.port}"
         self.metadata: dict = {}
         self.model_procs: list[tuple[psutil.Process, str]] = []  # the Python stub and the engine's, once ready

@@ -5,6 +5,7 @@ its id (never by name), waits, and verifies that no child survived and the port 
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -36,10 +37,35 @@ def _child_preexec() -> None:
     deployment_preexec()
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(EPHEMERAL.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def free_port(*taken: int) -> int:
+    """A port free on 127.0.0.1 now, below the kernel's ephemeral range and other than `taken` (the ports this
+    deployment already chose). A port asked of the kernel with bind(0) is ephemeral: once its socket closes, any
+    process's next bind(0) may get it before our server binds it. vLLM picks its engine's ports that way, and
+    inside Triton the engine starts before Triton's HTTP service: in a make test run (2026-12-07) Triton then
+    failed with "failed to start HTTP service: Unavailable - Socket '127.0.0.1:45711' already in use". Ports below
+    the range (32768 here) are never handed out by bind(0). Where the range cannot be read, bind(0) it is."""
+    low = _ephemeral_low()
+    rng = random.Random()
+    for _ in range(200 if low > 11_000 else 0):
+        port = rng.randrange(10_000, low)
+        if port not in taken and not port_in_use(port):
+            return port
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in taken:
+            return port
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:

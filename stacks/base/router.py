@@ -17,7 +17,7 @@ class WorkerRouterStack(FrontedEngineStack):
         if getattr(self.options, "policy", None) == "power_of_two" and settings.engine.replicas < 2:
             raise LayerbenchError(f"stack {self.kind}: option policy power_of_two needs at least two workers "
                                   f"({self.server_name}'s own rule): set engine.replicas 2 or more (REPLICAS=2)")
-        self.metrics_port = free_port()
+        self.metrics_port = free_port(self.port)
 
     def ports(self) -> list[int]:
         return [self.port, self.metrics_port]
