@@ -23,6 +23,7 @@ import psutil
 
 from harness.bench.floor import Server, floor_level
 from harness.errors import LayerbenchError
+from harness.host.busy import busy_s
 from harness.load import eventloop
 from harness.load.prompts import PromptGenerator
 from harness.load.protocols import CLIENTS as PROTOCOLS
@@ -177,9 +178,7 @@ class OtherLoad:
         self.procs = [p for ps in stack.processes().values() for p in ps]
 
     def _sample(self) -> tuple[float, float]:
-        t = psutil.cpu_times()
-        busy = t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0) \
-            + getattr(t, "steal", 0.0)
+        busy = busy_s(psutil.cpu_times())
         ours = own_cpu_s() + _children_cpu_s()
         for p in self.procs:
             try:

@@ -91,10 +91,13 @@ def _proc_cpu() -> dict[int, tuple[str, float]]:
     return out
 
 
+def busy_s(t) -> float:  # noqa: ANN001 (psutil's cpu_times tuple)
+    """A CPU's busy seconds in psutil's cpu_times (/proc/stat): everything but idle and iowait, steal included."""
+    return t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0) + getattr(t, "steal", 0.0)
+
+
 def _busy_s(cores: list[int]) -> float:
-    per = psutil.cpu_times(percpu=True)
-    return sum(t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
-               + getattr(t, "steal", 0.0) for i, t in enumerate(per) if i in cores)
+    return sum(busy_s(t) for i, t in enumerate(psutil.cpu_times(percpu=True)) if i in cores)
 
 
 def _wake_lateness(until: float, late: list[float]) -> None:

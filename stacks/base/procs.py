@@ -37,6 +37,7 @@ def _child_preexec() -> None:
     deployment_preexec()
 
 
+# the ports bind(0) and connect() hand out: ip_local_port_range (the kernel's Documentation/networking/ip-sysctl.rst)
 EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
 
